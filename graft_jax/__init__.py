@@ -1,0 +1,1 @@
+"""graft_jax: GRAFT and its baselines for RLVR in JAX."""
