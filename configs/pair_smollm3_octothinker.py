@@ -1,0 +1,15 @@
+"""SmolLM3-3B-Base / OctoThinker-3B-Hybrid with the paper's hyperparameters."""
+
+import pathlib
+
+from graft_jax.train import config as config_lib
+
+_base = config_lib.import_config_file(
+    pathlib.Path(__file__).with_name('base.py'))
+
+
+def get_config(arg=None):
+  return _base.pair_config(
+      arg, pair='smollm3_octothinker',
+      model_a=('models/SmolLM3-3B-Base', 'smollm3_3b'),
+      model_b=('models/OctoThinker-3B-Hybrid-Base', 'octothinker_3b'))

@@ -1,0 +1,1 @@
+"""The two-policy trainer and its infrastructure (config, logs, checkpoints)."""

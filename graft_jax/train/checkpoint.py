@@ -1,0 +1,144 @@
+"""Orbax checkpoints of the whole run: a pytree of arrays plus JSON metadata.
+
+The pytree holds both policies, both optimizer states and the RNG keys; the
+metadata holds the data position, step, HACPO capability state and peer-log
+cursor. An interrupted save never hides the previous checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pathlib
+import time
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+
+# Orbax writes this file into a step folder as the last act of a save (before
+# the atomic rename on POSIX, in place on object stores); a folder without it
+# is an interrupted save.
+COMMIT_MARKER = 'commit_success.txt'
+
+
+class CheckpointError(RuntimeError):
+  """A committed checkpoint that cannot be restored; names its folder."""
+
+
+class Checkpointer:
+  """Saves every `every_steps` steps, keeps the last `keep` committed ones."""
+
+  def __init__(self, directory: str | os.PathLike, *, every_steps: int,
+               keep: int, async_save: bool = True):
+    self.directory = pathlib.Path(directory).absolute()
+    self.every_steps = every_steps
+    self.directory.mkdir(parents=True, exist_ok=True)
+    # Before the manager lists steps: its keep-last-N cleanup would count an
+    # interrupted step folder and delete a good checkpoint in its place.
+    self._set_aside_uncommitted()
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=keep, create=True, enable_async_checkpointing=async_save)
+    self._manager = ocp.CheckpointManager(self.directory, options=options)
+
+  def should_save(self, step: int) -> bool:
+    return self.every_steps > 0 and step % self.every_steps == 0
+
+  def save(self, step: int, state: Any, metadata: dict[str, Any], *,
+           force: bool = False) -> bool:
+    """Saves if `step` is on the interval (or `force`); returns whether it did.
+
+    Args:
+      step: the training step the state belongs to (after its update).
+      state: pytree of jax arrays (typed PRNG keys included).
+      metadata: JSON-serializable dict (data position, cursors, ...).
+      force: save off-interval, e.g. at the last step.
+    """
+    if not (force or self.should_save(step)):
+      return False
+    try:
+      json.dumps(metadata, allow_nan=False)
+    except (TypeError, ValueError) as e:
+      raise ValueError(f'checkpoint metadata must be plain JSON: {e}') from e
+    args = ocp.args.Composite(state=ocp.args.StandardSave(state),
+                              metadata=ocp.args.JsonSave(metadata))
+    return bool(self._manager.save(step, args=args, force=True))
+
+  def steps(self) -> list[int]:
+    """Committed steps, ascending."""
+    self._manager.reload()
+    return sorted(s for s in self._manager.all_steps()
+                  if self._committed(s))
+
+  def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
+    """Restores `step` into the structure, dtypes and shardings given.
+
+    Args:
+      step: a committed step.
+      abstract_state: pytree like the saved one, of arrays or
+        `jax.ShapeDtypeStruct`s (their shardings place the restored arrays).
+
+    Returns:
+      (state, metadata).
+    """
+    target = jax.tree.map(_abstract, abstract_state)
+    args = ocp.args.Composite(state=ocp.args.StandardRestore(target),
+                              metadata=ocp.args.JsonRestore())
+    try:
+      out = self._manager.restore(step, args=args)
+    except Exception as e:  # orbax raises many types; name the folder
+      raise CheckpointError(
+          f'checkpoint {self.directory / str(step)} is committed but cannot '
+          f'be restored ({type(e).__name__}: {e}); if the state structure '
+          f'changed, restore with the old code; otherwise move the folder '
+          f'aside to resume from the previous one') from e
+    return out['state'], dict(out['metadata'])
+
+  def restore_latest(self, abstract_state: Any) -> tuple[Any, dict] | None:
+    """(state, metadata) of the newest committed step, or None if none."""
+    self.wait()
+    self._set_aside_uncommitted()
+    steps = self.steps()
+    if not steps:
+      return None
+    return self.restore(steps[-1], abstract_state)
+
+  def wait(self) -> None:
+    """Blocks until in-flight async saves are committed."""
+    self._manager.wait_until_finished()
+
+  def close(self) -> None:
+    self._manager.wait_until_finished()
+    self._manager.close()
+
+  def __enter__(self) -> Checkpointer:
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+  def _committed(self, step: int) -> bool:
+    return (self.directory / str(step) / COMMIT_MARKER).exists()
+
+  def _set_aside_uncommitted(self) -> None:
+    """Renames interrupted step folders so no step listing sees them.
+
+    Renamed rather than deleted: a person may want to look inside.
+    """
+    if jax.process_index() != 0:
+      return
+    for entry in self.directory.iterdir():
+      if (entry.is_dir() and entry.name.isdigit()
+          and not (entry / COMMIT_MARKER).exists()):
+        target = entry.with_name(f'{entry.name}.uncommitted-{time.time_ns()}')
+        logging.warning('checkpoint %s was never committed (interrupted '
+                        'save); moving it to %s', entry, target.name)
+        entry.rename(target)
+
+
+def _abstract(x: Any) -> Any:
+  if isinstance(x, jax.ShapeDtypeStruct):
+    return x
+  return jax.ShapeDtypeStruct(x.shape, x.dtype,
+                              sharding=getattr(x, 'sharding', None))

@@ -1,0 +1,84 @@
+"""One model's own rollouts for the step's prompts: sample, decode, score, advantages, old log-probs."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from graft_jax import core
+from graft_jax.rollout import RolloutBatch, SamplingParams
+from graft_jax.train.scoring import score_rows
+
+
+@dataclasses.dataclass
+class Rollout:
+  """A model's group of n responses per prompt, with everything the exchange needs.
+
+  Rows are ``q * n + j``. ``old_logp`` is in the model's own tokenization
+  (teacher-forced under the pre-update params, or the sampler's).
+  """
+
+  name: str
+  batch: RolloutBatch
+  prompt_ids: list          # per prompt, token ids
+  response_ids: list        # per row
+  texts: list               # per row
+  rewards_GxN: np.ndarray
+  adv_GxN: np.ndarray
+  old_logp: list            # per row, float32 array over the response tokens
+  gen_mean_logp_B: np.ndarray
+  reward_stats: object = None
+
+  @property
+  def n(self) -> int:
+    return self.batch.n
+
+  @property
+  def k_G(self) -> np.ndarray:
+    return self.rewards_GxN.sum(axis=1).astype(np.int32)
+
+  @property
+  def old_mean_logp_B(self) -> np.ndarray:
+    return np.array([float(np.mean(x)) if len(x) else np.nan for x in self.old_logp], np.float32)
+
+
+def sampling_params(cfg, seed: int) -> SamplingParams:
+  return SamplingParams(max_new_tokens=cfg.max_response_len, temperature=cfg.rollout.temperature,
+                        top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, seed=seed)
+
+
+def rollout_from_batch(policy, problems, batch: RolloutBatch, prompt_ids, reward_fn, cfg,
+                       old_logp=None) -> Rollout:
+  """Decodes, scores and computes advantages (and old log-probs unless given) for a batch."""
+  g, n = len(problems), batch.n
+  response_ids = [batch.response_ids(b) for b in range(g * n)]
+  texts = [policy.decode(ids) for ids in response_ids]
+  golds = [problems[b // n].answer for b in range(g * n)]
+  rewards, stats = reward_fn(texts, golds)
+  rewards_GxN = np.asarray(rewards, np.float32).reshape(g, n)
+  adv_GxN = np.asarray(core.group_advantages(rewards_GxN, scale_by_std=cfg.scale_by_std))
+  gen_logp = [batch.logp_BxL[b, :len(response_ids[b])] for b in range(g * n)]
+  gen_mean = np.array([float(np.mean(x)) if len(x) else np.nan for x in gen_logp], np.float32)
+  if old_logp is None:
+    if cfg.old_logp_source == "sampler":
+      old_logp = gen_logp
+    else:
+      old_logp = score_rows(policy.model, [prompt_ids[b // n] for b in range(g * n)],
+                            response_ids, policy.pad_id, temperature=cfg.rollout.temperature)
+  return Rollout(policy.name, batch, prompt_ids, response_ids, texts, rewards_GxN, adv_GxN,
+                 old_logp, gen_mean, stats)
+
+
+def collect(policy, problems, cfg, reward_fn, seed: int, timings: dict) -> Rollout:
+  """Samples n responses per problem with the policy's engine and scores them."""
+  prompt_ids = [policy.prompt_ids(p.problem) for p in problems]
+  t0 = time.perf_counter()
+  batch = policy.engine.generate(prompt_ids, cfg.n, sampling_params(cfg, seed))
+  t1 = time.perf_counter()
+  roll = rollout_from_batch(policy, problems, batch, prompt_ids, reward_fn, cfg)
+  t2 = time.perf_counter()
+  timings[f"{policy.name}/sample_s"] = t1 - t0
+  timings[f"{policy.name}/reward_and_score_s"] = t2 - t1
+  return roll

@@ -1,0 +1,229 @@
+"""Typed run configuration: frozen dataclasses built once from a ConfigDict.
+
+`from_config_dict` is the library boundary: it rejects unknown keys, wrong
+types and impossible values (see `config_checks`) before anything loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any
+
+from graft_jax.train import config_checks
+from graft_jax.train import config_load
+
+ConfigError = config_checks.ConfigError
+check_paths = config_checks.check_paths
+import_config_file = config_load.import_config_file
+load_config = config_load.load_config
+
+METHODS = config_checks.METHODS
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """One policy. `path` is a local HF folder; `name` keys logs and metrics."""
+  path: str = ''
+  name: str = ''
+  template: str = 'plain'  # prompt template id; the data module owns the names
+
+
+@dataclasses.dataclass(frozen=True)
+class SyntheticConfig:
+  """Synthetic verifiable tasks (the toy pair's data)."""
+  families: tuple[str, ...] = ('add', 'mul')
+  difficulty: int = 1
+  num: int = 2048
+  seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+  train_path: str = ''
+  format: str = 'jsonl'  # 'jsonl' | 'parquet' | 'synthetic'
+  prompt_suffix: str = (
+      " Let's think step by step and output the final answer within \\boxed{}.")
+  shuffle: bool = True
+  synthetic: SyntheticConfig = SyntheticConfig()
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutConfig:
+  temperature: float = 1.0
+  top_p: float = 1.0
+  top_k: int = 0  # 0 disables top-k
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+  name: str = 'adamw'
+  lr: float = 1e-6
+  schedule: str = 'constant'  # after optional linear warmup
+  warmup_steps: int = 0
+  b1: float = 0.9
+  b2: float = 0.999
+  eps: float = 1e-8
+  weight_decay: float = 0.01
+  grad_clip: float = 1.0  # global-norm clip; 0 disables
+
+
+@dataclasses.dataclass(frozen=True)
+class GraftConfig:
+  """Exchange, gate and ordering (DESIGN §3)."""
+  delta: float = 0.8  # gate threshold on s(o); responses with s <= delta drop
+  balance: bool = True  # m = min(|C(A->B)|, |C(B->A)|) with ties kept
+  order: str = 'peer_last'  # 'peer_last' | 'peer_first' | 'uniform'
+  advantages: str = 'source'  # 'source' | 'pooled'
+  transfer: str = 'full'  # 'full' | 'success_only'
+  gate: str = 'on'  # 'on' | 'off' (w = 1 for every peer response)
+  ratio_level: str = 'token'  # 'token' | 'sequence'
+
+
+@dataclasses.dataclass(frozen=True)
+class HacpoConfig:
+  """HACPO baseline (arXiv 2603.02604) defaults."""
+  capability_window: int = 5
+  ratio_clamp: tuple[float, float] = (0.1, 10.0)
+  self_clip: tuple[float, float] = (3e-4, 4e-4)  # GSPO-style (low, high)
+  cross_clip: float = 0.2
+  cross_clip_step: float = 0.025  # lower bound grows by this per minibatch
+  kl_coef: float = 1e-3
+  minibatch_prompts: int = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class SgtConfig:
+  coef: float = 0.1  # weight of the NLL on one correct peer response
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayConfig:
+  """Stored-log replay: model_a learns from model_b's logs in `log_dir`."""
+  log_dir: str = ''
+  balance: bool = False  # replay is one-way; must stay False
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardConfig:
+  timeout_s: float = 5.0  # a verifier timeout scores 0
+  num_workers: int = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+  every_steps: int = 5  # 0 disables
+  temperature: float = 0.6
+  top_p: float = 0.95
+  k: int = 8  # samples per problem; pass@1 is their mean correctness
+  suite: tuple[str, ...] = ('math500', 'aime24', 'aime25', 'amc23', 'minerva')
+  data_dir: str = ''
+  max_examples: int = 0  # per benchmark; 0 = all
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+  every_steps: int = 10  # 0 disables periodic saves (the last step still saves)
+  keep: int = 3
+  dir: str = ''  # '' = <workdir>/checkpoints
+  resume: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class LoggingConfig:
+  every_steps: int = 1
+  tensorboard: bool = True
+  progress_bar: bool = True
+  peer_log: bool = True  # record every rollout (needed for later replay)
+  peer_log_dir: str = ''  # '' = <workdir>/peer_logs
+
+
+@dataclasses.dataclass(frozen=True)
+class VllmConfig:
+  """vLLM sidecar settings; `python` is checked at launch, not here."""
+  python: str = '.venv-vllm/bin/python'
+  gpu_memory_utilization: float = 0.4  # two sidecars share one GPU
+  tensor_parallel_size: int = 1
+  dtype: str = 'bfloat16'
+  max_model_len: int = 0  # 0 = max_prompt_len + max_response_len
+  enforce_eager: bool = False
+  enable_prefix_caching: bool = True
+  startup_timeout_s: float = 600.0
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+  """Axis sizes; -1 takes the remaining devices (at most one axis)."""
+  data: int = -1
+  fsdp: int = 1
+  tensor: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """Everything one run needs; defaults are the paper's (DESIGN §3)."""
+  method: str = 'graft'  # 'graft' | 'grpo' | 'hacpo' | 'sgt' | 'replay'
+  seed: int = 0
+  workdir: str = 'runs/default'
+  model_a: ModelConfig = ModelConfig(name='model_a')
+  model_b: ModelConfig = ModelConfig(name='model_b')
+  data: DataConfig = DataConfig()
+  prompts_per_step: int = 128
+  n: int = 8
+  num_minibatches: int = 4
+  ppo_epochs: int = 1
+  total_steps: int = 0  # 0 = epochs * (num_train_prompts // prompts_per_step)
+  epochs: int = 3
+  max_prompt_len: int = 2048
+  max_response_len: int = 4096
+  rollout: RolloutConfig = RolloutConfig()
+  optimizer: OptimizerConfig = OptimizerConfig()
+  dtype: str = 'bfloat16'  # compute dtype
+  param_dtype: str = 'float32'  # master weights and optimizer state
+  clip_low: float = 0.2
+  clip_high: float = 0.28
+  scale_by_std: bool = True  # False = Dr.GRPO
+  old_logp_source: str = 'teacher_forced'  # 'teacher_forced' | 'sampler'
+  graft: GraftConfig = GraftConfig()
+  hacpo: HacpoConfig = HacpoConfig()
+  sgt: SgtConfig = SgtConfig()
+  replay: ReplayConfig = ReplayConfig()
+  reward: RewardConfig = RewardConfig()
+  eval: EvalConfig = EvalConfig()
+  checkpoint: CheckpointConfig = CheckpointConfig()
+  logging: LoggingConfig = LoggingConfig()
+  engine: str = 'jax'  # 'jax' | 'vllm'
+  vllm: VllmConfig = VllmConfig()
+  mesh: MeshConfig = MeshConfig()
+
+  @property
+  def checkpoint_dir(self) -> str:
+    return self.checkpoint.dir or str(pathlib.Path(self.workdir, 'checkpoints'))
+
+  @property
+  def peer_log_dir(self) -> str:
+    return self.logging.peer_log_dir or str(
+        pathlib.Path(self.workdir, 'peer_logs'))
+
+  def num_steps(self, num_train_prompts: int) -> int:
+    """Optimizer steps of the run; epochs drop the last partial batch."""
+    if self.total_steps > 0:
+      return self.total_steps
+    return self.epochs * (num_train_prompts // self.prompts_per_step)
+
+
+def from_config_dict(cd: Any) -> TrainConfig:
+  """Converts a ConfigDict (or nested mapping) and validates it.
+
+  Missing keys take the dataclass defaults; unknown keys, wrong types and
+  impossible values raise `ConfigError` naming the field.
+  """
+  mapping = cd.to_dict() if hasattr(cd, 'to_dict') else dict(cd)
+  cfg = config_load.build_dataclass(TrainConfig, mapping)
+  config_checks.validate(cfg)
+  return cfg
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+  """Plain nested dict of a config, e.g. to store it next to a run."""
+  return dataclasses.asdict(cfg)

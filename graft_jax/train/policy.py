@@ -1,0 +1,81 @@
+"""One trainable policy: its model split into graph and params, optimizer, tokenizer and engine."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+
+from graft_jax.rollout import JaxSamplerEngine
+from graft_jax.train.update import make_optimizer
+
+
+def tokenizer_identity(tokenizer) -> str:
+  """A short, stable fingerprint of a tokenizer's vocabulary."""
+  vocab = sorted(tokenizer.get_vocab().items())
+  return hashlib.sha1(repr(vocab).encode()).hexdigest()[:12]
+
+
+@dataclasses.dataclass
+class Policy:
+  """Mutable per-run state of one model; ``params`` and ``opt_state`` are replaced each update."""
+
+  name: str
+  graphdef: Any
+  params: Any
+  opt_state: Any
+  tx: Any
+  tokenizer: Any
+  engine: Any
+  prompt_suffix: str
+  ref_params: Any = None
+
+  @property
+  def eos_id(self) -> int:
+    return int(self.tokenizer.eos_token_id)
+
+  @property
+  def pad_id(self) -> int:
+    return int(self.tokenizer.pad_token_id)
+
+  @property
+  def model(self):
+    return nnx.merge(self.graphdef, self.params)
+
+  @property
+  def tokenizer_id(self) -> str:
+    return tokenizer_identity(self.tokenizer)
+
+  def prompt_ids(self, problem: str) -> list[int]:
+    """The receiver-side prompt: problem + template suffix, tokenized without special tokens."""
+    ids = self.tokenizer.encode(problem + self.prompt_suffix, add_special_tokens=False)
+    if not ids:
+      raise ValueError(f"{self.name}: problem {problem[:40]!r} tokenizes to nothing")
+    return ids
+
+  def decode(self, ids) -> str:
+    return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+  def encode_response(self, text: str, finished: bool) -> list[int]:
+    """Peer text in this policy's tokenization; EOS only if the peer's response finished."""
+    ids = self.tokenizer.encode(text, add_special_tokens=False) if text else []
+    return ids + [self.eos_id] if (finished and ids) else ids
+
+  def set_params(self, params, opt_state) -> None:
+    self.params, self.opt_state = params, opt_state
+    self.engine.set_weights(params)
+
+
+def make_policy(name: str, model, tokenizer, opt_cfg, prompt_suffix: str, *,
+                keep_reference: bool = False) -> Policy:
+  """Wraps a loaded decoder: optimizer state, a JAX sampler engine, optional frozen reference."""
+  graphdef, params = nnx.split(model)
+  tx = make_optimizer(opt_cfg)
+  opt_state = tx.init(params)
+  engine = JaxSamplerEngine(model, eos_ids=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id)
+  ref = jax.tree.map(np.asarray, params) if keep_reference else None
+  return Policy(name, graphdef, params, opt_state, tx, tokenizer, engine, prompt_suffix, ref)

@@ -1,0 +1,34 @@
+"""Teacher-forced log-probs of many ragged (prompt, response) rows, in fixed-size chunks."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from graft_jax.models import pack_pairs, token_logprobs_jit
+
+
+def score_rows(model, prompts, responses, pad_id: int, *, chunk_rows: int = 64,
+               temperature: float = 1.0, multiple: int = 64) -> list[np.ndarray]:
+  """Per row, log pi(response_t | prompt, response_<t) as a float32 array.
+
+  Chunks are padded to ``chunk_rows`` rows (dummy one-token prompts) and
+  lengths to a multiple of ``multiple``, so the compiled scorer is reused.
+  An empty response gives an empty array.
+  """
+  out: list[np.ndarray] = []
+  for start in range(0, len(prompts), chunk_rows):
+    ps = [list(p) for p in prompts[start:start + chunk_rows]]
+    rs = [list(r) for r in responses[start:start + chunk_rows]]
+    real = len(ps)
+    ps += [[pad_id]] * (chunk_rows - real)
+    rs += [[]] * (chunk_rows - real)
+    packed = pack_pairs(ps, rs, pad_id, multiple=multiple)
+    logp = np.asarray(token_logprobs_jit(model, packed.ids_BxT, packed.attn_mask_BxT,
+                                         temperature=temperature))
+    out += [x.astype(np.float32) for x in packed.responses(logp)[:real]]
+  return out
+
+
+def mean_or_nan(values: np.ndarray) -> float:
+  """Mean of a row's log-probs; NaN for an empty row (the gate drops it)."""
+  return float(np.mean(values)) if len(values) else float("nan")

@@ -1,0 +1,166 @@
+"""The training run: set-up from a ``TrainConfig``, the step loop, logging, checkpoints and exact resume.
+
+A run's key for step ``s`` is ``fold_in(key(seed), s)`` and its prompts are a
+pure function of the stream position, so restoring (params, optimizer
+states, position, capability state) continues the same run exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+import time
+
+import jax
+import numpy as np
+
+from graft_jax.train import peer_log
+from graft_jax.train.capability import CapabilityTracker
+from graft_jax.train.checkpoint import Checkpointer
+from graft_jax.train.data_stream import PromptStream
+from graft_jax.train.metrics import MetricsWriter
+from graft_jax.train.policy import make_policy
+from graft_jax.train.replay import ReplaySource
+from graft_jax.train.step import train_step
+
+log = logging.getLogger(__name__)
+
+
+def _flat(state):
+  return {str(i): leaf for i, leaf in enumerate(jax.tree.leaves(state))}
+
+
+def _unflat(flat, like):
+  leaves = [flat[str(i)] for i in range(len(flat))]
+  return jax.tree.unflatten(jax.tree.structure(like), leaves)
+
+
+class Trainer:
+  """Owns the policies, the prompt stream, the reward, and everything the run writes.
+
+  Args:
+    cfg: a validated ``TrainConfig``.
+    problems: the training problems (objects with ``id``, ``problem``, ``answer``).
+    models: ``{name: (decoder, tokenizer)}`` in order (A first). GRPO may
+      have one; replay trains the first from the second's logs.
+    reward_fn: ``(texts, golds) -> (rewards, stats)``; the math-verify
+      reward by default.
+  """
+
+  def __init__(self, cfg, problems, models: dict, reward_fn=None):
+    self.cfg = cfg
+    self.workdir = pathlib.Path(cfg.workdir)
+    self.workdir.mkdir(parents=True, exist_ok=True)
+    if reward_fn is None:
+      from graft_jax import rewards
+      reward_fn = lambda texts, golds: rewards.score(texts, golds, timeout_s=cfg.reward.timeout_s)
+    self.reward_fn = reward_fn
+    names = list(models)
+    trained = names[:1] if cfg.method == "replay" else names
+    self.policies = {
+        name: make_policy(name, models[name][0], models[name][1], cfg.optimizer,
+                          cfg.data.prompt_suffix, keep_reference=cfg.method == "hacpo")
+        for name in trained}
+    self.stream = PromptStream(problems, cfg.prompts_per_step, seed=cfg.seed,
+                               shuffle=cfg.data.shuffle)
+    self.capability = (CapabilityTracker(trained, window=cfg.hacpo.capability_window,
+                                         ratio_clamp=tuple(cfg.hacpo.ratio_clamp))
+                       if cfg.method == "hacpo" else None)
+    self.replay = None
+    if cfg.method == "replay":
+      reader = peer_log.PeerLogReader(cfg.replay.log_dir, names[1])
+      self.replay = ReplaySource(reader, self.reward_fn, cfg, name=names[1])
+    self.log_writers = {
+        name: peer_log.PeerLogWriter(cfg.peer_log_dir, name,
+                                     tokenizer_name=type(p.tokenizer).__name__,
+                                     vocab_hash=p.tokenizer_id)
+        for name, p in self.policies.items()} if cfg.logging.peer_log else {}
+    self.checkpointer = Checkpointer(cfg.checkpoint_dir, every_steps=cfg.checkpoint.every_steps,
+                                     keep=cfg.checkpoint.keep, async_save=False)
+    self.step = 0
+    if cfg.checkpoint.resume:
+      self._restore()
+
+  # -- checkpoints ---------------------------------------------------------
+
+  def _state(self):
+    return {name: _flat((p.params, p.opt_state)) for name, p in self.policies.items()}
+
+  def _restore(self) -> None:
+    got = self.checkpointer.restore_latest(self._state())
+    if got is None:
+      return
+    state, meta = got
+    for name, p in self.policies.items():
+      params, opt_state = _unflat(state[name], (p.params, p.opt_state))
+      p.set_params(params, opt_state)
+    self.step = int(meta["step"])
+    self.stream.position = int(meta["stream_position"])
+    if self.capability is not None and meta.get("capability"):
+      self.capability = CapabilityTracker.from_dict(meta["capability"])
+    if self.replay is not None:
+      self.replay.missing = int(meta.get("replay_missing", 0))
+    for w in self.log_writers.values():
+      w.discard_after(self.step)
+    log.info("resumed %s at step %d", self.workdir, self.step)
+
+  def save(self, *, force: bool = False) -> bool:
+    if self.step in self.checkpointer.steps():
+      return False
+    meta = {"step": self.step, "stream_position": self.stream.position, "seed": self.cfg.seed,
+            "capability": self.capability.to_dict() if self.capability else None,
+            "peer_log_cursor": {n: w.cursor for n, w in self.log_writers.items()},
+            "replay_missing": self.replay.missing if self.replay else 0}
+    return self.checkpointer.save(self.step, self._state(), meta, force=force)
+
+  # -- the loop ------------------------------------------------------------
+
+  def _log_rollouts(self, step: int, problems, rolls) -> None:
+    for name, roll in rolls.items():
+      if name not in self.log_writers:
+        continue
+      n = roll.n
+      b = roll.batch
+      self.log_writers[name].write(
+          step, prompt_ids=[problems[i // n].id for i in range(len(roll.texts))],
+          prompts=[problems[i // n].problem for i in range(len(roll.texts))],
+          responses=roll.texts, response_ids=roll.response_ids,
+          logprobs=[b.logp_BxL[i, :len(ids)] for i, ids in enumerate(roll.response_ids)],
+          rewards=roll.rewards_GxN.reshape(-1), advantages=roll.adv_GxN.reshape(-1),
+          finished=b.finished_B, truncated=b.truncated_B)
+
+  def run_step(self) -> dict:
+    """One step: prompts, the method's step, peer logs, and a checkpoint when due."""
+    epoch = self.stream.epoch_of(self.stream.position)
+    problems = self.stream.next()
+    key = jax.random.fold_in(jax.random.key(self.cfg.seed), self.step)
+    replay = (lambda probs: self.replay(probs, epoch)) if self.replay else None
+    t0 = time.perf_counter()
+    metrics, rolls = train_step(self.cfg, self.policies, problems, self.reward_fn, self.step, key,
+                                capability=self.capability, replay_source=replay)
+    metrics["time"]["step_s"] = time.perf_counter() - t0
+    metrics["epoch"] = epoch
+    if self.replay is not None:
+      metrics["replay_missing"] = self.replay.missing
+    self._log_rollouts(self.step, problems, rolls)
+    self.step += 1
+    self.save()
+    return metrics
+
+  def run(self, num_steps: int | None = None) -> list[dict]:
+    """Trains until ``num_steps`` (default: the config's) and saves the last step."""
+    total = num_steps or self.cfg.num_steps(len(self.stream.problems))
+    out = []
+    with MetricsWriter(self.workdir, total_steps=total, initial_step=self.step,
+                       tensorboard=self.cfg.logging.tensorboard,
+                       progress_bar=self.cfg.logging.progress_bar) as writer:
+      while self.step < total:
+        step = self.step
+        metrics = self.run_step()
+        out.append(writer.write(step, metrics))
+    self.save(force=True)
+    self.checkpointer.wait()
+    return out
+
+  def close(self) -> None:
+    self.checkpointer.close()

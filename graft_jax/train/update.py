@@ -1,0 +1,97 @@
+"""The compiled PPO minibatch update: one ``jax.jit`` with donated params and optimizer state.
+
+The loss is a pure function of (params, batch) built from ``graft_jax.core``:
+the clipped token loss (GRPO, GRAFT, replay), plus the SGT NLL term, or
+HACPO's sequence-level loss with its low-variance KL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from graft_jax import core
+from graft_jax.models import token_logprobs
+
+
+@dataclasses.dataclass(frozen=True)
+class LossSpec:
+  """Static choices of the loss (changing one recompiles)."""
+
+  kind: str = "ppo"  # "ppo" | "hacpo"
+  clip_low: float = 0.2
+  clip_high: float = 0.28
+  ratio_level: str = "token"
+  sgt_coef: float = 0.0
+  temperature: float = 1.0
+  hacpo_self_clip: tuple = (3e-4, 4e-4)
+  hacpo_cross_clip: float = 0.2
+  hacpo_cross_step: float = 0.025
+  kl_coef: float = 0.0
+
+
+def make_optimizer(opt) -> optax.GradientTransformation:
+  """AdamW with a global-norm clip, from a ``train.config.OptimizerConfig``."""
+  if opt.schedule == "constant":
+    lr = optax.constant_schedule(opt.lr)
+  else:
+    lr = optax.warmup_cosine_decay_schedule(0.0, opt.lr, max(opt.warmup_steps, 1), 10 ** 6)
+  if opt.warmup_steps and opt.schedule == "constant":
+    lr = optax.join_schedules([optax.linear_schedule(0.0, opt.lr, opt.warmup_steps), lr],
+                              [opt.warmup_steps])
+  adamw = optax.adamw(lr, b1=opt.b1, b2=opt.b2, eps=opt.eps, weight_decay=opt.weight_decay)
+  return optax.chain(optax.clip_by_global_norm(opt.grad_clip), adamw) if opt.grad_clip else adamw
+
+
+def loss_fn(params, batch, graphdef, spec: LossSpec, update_index):
+  """Scalar loss and float aux metrics of one minibatch."""
+  model = nnx.merge(graphdef, params)
+  logp_BxT = token_logprobs(model, batch["ids"], batch["attn"], temperature=spec.temperature)
+  mask_BxT = batch["resp_mask"]
+  graft_B = batch["grafted"]
+  if spec.kind == "hacpo":
+    loss, aux = core.hacpo_policy_loss(
+        logp_BxT, mask_BxT, batch["src_mean_logp"], batch["adv"], batch["is_self"],
+        batch["cap_ratio"], update_index=update_index,
+        self_clip_low=spec.hacpo_self_clip[0], self_clip_high=spec.hacpo_self_clip[1],
+        cross_clip_delta=spec.hacpo_cross_clip, cross_clip_step=spec.hacpo_cross_step)
+    kl = core.low_var_kl(logp_BxT, batch["ref_logp"], mask_BxT)
+    metrics = {"pg_loss": loss, "kl_ref": kl, **{k: v for k, v in aux.items()}}
+    return loss + spec.kl_coef * kl, metrics
+  ppo_mask = mask_BxT * batch["ppo"][:, None]
+  loss, aux = core.clipped_token_loss(
+      logp_BxT, batch["old_logp"], batch["adv"], batch["weight"], ppo_mask,
+      clip_low=spec.clip_low, clip_high=spec.clip_high, ratio_level=spec.ratio_level)
+  tokens_B = ppo_mask.sum(axis=1)
+  clipped_B = aux["clip_low_count_B"] + aux["clip_high_count_B"]
+  metrics = {
+      "pg_loss": loss, "approx_kl": aux["approx_kl"], "ratio_mean": aux["ratio_mean"],
+      "clip_frac_low": aux["clip_frac_low"], "clip_frac_high": aux["clip_frac_high"],
+      "own_tokens": (tokens_B * (1 - graft_B)).sum(), "graft_tokens": (tokens_B * graft_B).sum(),
+      "own_clipped": (clipped_B * (1 - graft_B)).sum(), "graft_clipped": (clipped_B * graft_B).sum(),
+  }
+  if spec.sgt_coef:
+    nll, count = core.sgt_nll(logp_BxT, mask_BxT, batch["sgt"], coef=spec.sgt_coef)
+    metrics.update(sgt_loss=nll, sgt_tokens=count)
+    loss = loss + nll
+  return loss, metrics
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "tx", "spec"), donate_argnums=(0, 1))
+def update_minibatch(params, opt_state, batch, update_index, *, graphdef, tx, spec):
+  """One optimizer step on one minibatch; params and opt_state are donated."""
+  (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+      params, batch, graphdef, spec, update_index)
+  updates, opt_state = tx.update(grads, opt_state, params)
+  params = optax.apply_updates(params, updates)
+  metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads))
+  return params, opt_state, metrics
+
+
+def to_device_batch(batch: dict) -> dict:
+  return {k: jnp.asarray(v) for k, v in batch.items()}

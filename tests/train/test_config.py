@@ -1,0 +1,196 @@
+"""Config files load and validate; every impossible value names its field."""
+
+import pathlib
+import re
+
+import pytest
+
+from graft_jax.train import config as config_lib
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / 'configs'
+BASE = config_lib.import_config_file(CONFIGS / 'base.py')
+
+
+def _with(**dotted):
+  """The base config as a plain dict with dotted fields replaced."""
+  d = BASE.get_config().to_dict()
+  for field, value in dotted.items():
+    *parents, leaf = field.split('__')
+    node = d
+    for p in parents:
+      node = node[p]
+    node[leaf] = value
+  return d
+
+
+@pytest.mark.parametrize('path', sorted(CONFIGS.glob('*.py')), ids=str)
+def test_every_config_file_loads_and_validates(path):
+  cd = config_lib.load_config(str(path))
+  assert cd.is_locked
+  cfg = config_lib.from_config_dict(cd)
+  assert isinstance(cfg, config_lib.TrainConfig)
+
+
+def test_base_equals_dataclass_defaults():
+  # The two sources of defaults must not drift apart.
+  assert config_lib.from_config_dict(BASE.get_config()) == (
+      config_lib.TrainConfig())
+
+
+def test_paper_defaults():
+  cfg = config_lib.from_config_dict(
+      config_lib.load_config(str(CONFIGS / 'pair_smollm3_qwen3.py')))
+  assert (cfg.prompts_per_step, cfg.n, cfg.num_minibatches, cfg.ppo_epochs) == (
+      128, 8, 4, 1)
+  assert (cfg.max_prompt_len, cfg.max_response_len) == (2048, 4096)
+  assert (cfg.clip_low, cfg.clip_high, cfg.graft.delta) == (0.2, 0.28, 0.8)
+  assert cfg.optimizer.lr == 1e-6 and cfg.optimizer.weight_decay == 0.01
+  assert (cfg.eval.temperature, cfg.eval.top_p, cfg.eval.k) == (0.6, 0.95, 8)
+  assert cfg.hacpo.ratio_clamp == (0.1, 10.0)
+  # MATH train: 7500 // 128 = 58 full batches per epoch, 3 epochs.
+  assert cfg.num_steps(7500) == 174
+  assert cfg.model_a.name != cfg.model_b.name
+
+
+@pytest.mark.parametrize('preset', sorted(BASE.PRESETS))
+def test_every_preset_validates(preset):
+  d = BASE.get_config(preset).to_dict()
+  if d['method'] == 'replay':
+    d['replay']['log_dir'] = 'runs/other/peer_logs'
+  config_lib.from_config_dict(d)
+
+
+def test_presets_compose_and_name_the_workdir():
+  cfg = config_lib.from_config_dict(
+      config_lib.load_config(str(CONFIGS / 'toy.py') + ':grpo16,dr_grpo'))
+  assert (cfg.method, cfg.n, cfg.scale_by_std) == ('grpo', 16, False)
+  assert cfg.workdir == 'runs/toy/grpo16_dr_grpo'
+
+
+def test_unknown_preset():
+  with pytest.raises(ValueError, match="unknown config preset 'grpo7'"):
+    BASE.get_config('grpo7')
+
+
+INVALID = [
+    (dict(graft__delta=1.5), 'graft.delta must be in [0, 1), got 1.5'),
+    (dict(graft__delta=-0.1), 'graft.delta must be in [0, 1), got -0.1'),
+    (dict(num_minibatches=3),
+     'num_minibatches (3) must divide prompts_per_step (128)'),
+    (dict(num_minibatches=0), 'num_minibatches must be >= 1, got 0'),
+    (dict(n=1), 'n must be >= 2, got 1'),
+    (dict(prompts_per_step=0), 'prompts_per_step must be >= 1, got 0'),
+    (dict(ppo_epochs=0), 'ppo_epochs must be >= 1, got 0'),
+    (dict(total_steps=-1), 'total_steps must be >= 0, got -1'),
+    (dict(epochs=0), 'epochs must be >= 1, got 0'),
+    (dict(max_response_len=0), 'max_response_len must be >= 1, got 0'),
+    (dict(method='ppo'), "method must be one of graft, grpo, hacpo, sgt, "
+                         "replay, got 'ppo'"),
+    (dict(method='replay'), 'method=replay needs replay.log_dir'),
+    (dict(replay__balance=True),
+     'replay.balance must be False (replay is one-way)'),
+    (dict(graft__order='last'), "graft.order must be one of peer_last, "
+                                "peer_first, uniform, got 'last'"),
+    (dict(graft__advantages='mixed'), 'graft.advantages must be one of'),
+    (dict(graft__transfer='all'), 'graft.transfer must be one of'),
+    (dict(graft__gate='maybe'), 'graft.gate must be one of'),
+    (dict(graft__ratio_level='word'), 'graft.ratio_level must be one of'),
+    (dict(old_logp_source='vllm'), 'old_logp_source must be one of'),
+    (dict(engine='sglang'), 'engine must be one of jax, vllm'),
+    (dict(dtype='int8'), 'dtype must be one of'),
+    (dict(data__format='csv'), 'data.format must be one of'),
+    (dict(hacpo__capability_window=0),
+     'hacpo.capability_window must be >= 1, got 0'),
+    (dict(hacpo__ratio_clamp=(2.0, 10.0)), 'hacpo.ratio_clamp must satisfy'),
+    (dict(hacpo__ratio_clamp=(0.1,)), 'hacpo.ratio_clamp must have 2 entries'),
+    (dict(hacpo__self_clip=(3e-4, 1.5)), 'hacpo.self_clip entries must be'),
+    (dict(hacpo__cross_clip=1.2), 'hacpo.cross_clip must be in [0, 1]'),
+    (dict(method='hacpo', hacpo__minibatch_prompts=48),
+     'hacpo.minibatch_prompts (48) must divide prompts_per_step (128)'),
+    (dict(sgt__coef=-1.0), 'sgt.coef must be >= 0, got -1'),
+    (dict(optimizer__lr=0.0), 'optimizer.lr must be > 0, got 0'),
+    (dict(optimizer__b2=1.0), 'optimizer.b2 must be in [0, 1), got 1'),
+    (dict(optimizer__grad_clip=-1.0), 'optimizer.grad_clip must be >= 0'),
+    (dict(clip_low=1.0), 'clip_low must be in [0, 1), got 1'),
+    (dict(clip_high=-0.1), 'clip_high must be >= 0, got -0.1'),
+    (dict(rollout__top_p=0.0), 'rollout.top_p must be in (0, 1], got 0'),
+    (dict(rollout__temperature=float('nan')), 'rollout.temperature must be'),
+    (dict(reward__timeout_s=0.0), 'reward.timeout_s must be > 0, got 0'),
+    (dict(eval__k=0), 'eval.k must be >= 1, got 0'),
+    (dict(checkpoint__keep=0), 'checkpoint.keep must be >= 1, got 0'),
+    (dict(vllm__gpu_memory_utilization=1.5),
+     'vllm.gpu_memory_utilization must be in (0, 1], got 1.5'),
+    (dict(engine='vllm', vllm__max_model_len=4096),
+     'vllm.max_model_len (4096) must be 0 or >= max_prompt_len + '
+     'max_response_len (6144)'),
+    (dict(mesh__fsdp=0), 'mesh.fsdp must be >= 1 or -1 (the rest), got 0'),
+    (dict(mesh__fsdp=-1), 'at most one mesh axis may be -1'),
+    (dict(model_b__name='model_a'),
+     'model_a.name and model_b.name must differ'),
+    (dict(model_a__name='a/b'), 'model_a.name must be a file-safe name'),
+    (dict(data__format='synthetic', data__synthetic__families=()),
+     'data.synthetic.families must not be empty'),
+    # Types.
+    (dict(n='8'), "n must be int, got str '8'"),
+    (dict(n=True), 'n must be int, got bool True'),
+    (dict(n=8.0), 'n must be int, got float 8.0'),
+    (dict(scale_by_std=1), 'scale_by_std must be bool, got int 1'),
+    (dict(graft=0.8), 'graft must be a mapping'),
+    (dict(eval__suite='math500'), 'eval.suite must be a tuple'),
+]
+
+
+@pytest.mark.parametrize('updates,message', INVALID,
+                         ids=[m[:40] for _, m in INVALID])
+def test_invalid_value_names_the_field(updates, message):
+  with pytest.raises(config_lib.ConfigError, match=re.escape(message)):
+    config_lib.from_config_dict(_with(**updates))
+
+
+def test_unknown_keys_are_rejected():
+  d = _with()
+  d['learning_rate'] = 1e-5
+  with pytest.raises(config_lib.ConfigError,
+                     match='unknown config key learning_rate'):
+    config_lib.from_config_dict(d)
+  d = _with()
+  d['graft']['detla'] = 0.9
+  with pytest.raises(config_lib.ConfigError,
+                     match=r'unknown config key graft\.detla'):
+    config_lib.from_config_dict(d)
+
+
+def test_ints_are_accepted_for_floats_and_lists_for_tuples():
+  cfg = config_lib.from_config_dict(
+      _with(graft__delta=0, hacpo__ratio_clamp=[1, 10]))
+  assert cfg.graft.delta == 0.0 and isinstance(cfg.graft.delta, float)
+  assert cfg.hacpo.ratio_clamp == (1.0, 10.0)
+
+
+def test_delta_sweep_is_a_config_change():
+  for delta in (0.0, 0.8, 0.9):
+    assert config_lib.from_config_dict(
+        _with(graft__delta=delta)).graft.delta == delta
+
+
+def test_derived_paths_and_steps():
+  cfg = config_lib.from_config_dict(_with(workdir='w', total_steps=7))
+  assert cfg.checkpoint_dir == 'w/checkpoints'
+  assert cfg.peer_log_dir == 'w/peer_logs'
+  assert cfg.num_steps(7500) == 7
+
+
+def test_check_paths(tmp_path):
+  a, b, data = tmp_path / 'a', tmp_path / 'b', tmp_path / 'train.jsonl'
+  a.mkdir()
+  b.mkdir()
+  d = _with(model_a__path=str(a), model_b__path=str(b),
+            data__train_path=str(data))
+  with pytest.raises(FileNotFoundError, match='data.train_path: no such'):
+    config_lib.check_paths(config_lib.from_config_dict(d))
+  data.write_text('{}\n')
+  config_lib.check_paths(config_lib.from_config_dict(d))
+  d['engine'] = 'vllm'
+  d['vllm']['python'] = str(tmp_path / 'missing' / 'python')
+  with pytest.raises(FileNotFoundError, match='vllm.python'):
+    config_lib.check_paths(config_lib.from_config_dict(d))
