@@ -41,7 +41,7 @@ class Trainer:
   Args:
     cfg: a validated ``TrainConfig``.
     problems: the training problems (objects with ``id``, ``problem``, ``answer``).
-    models: ``{name: (decoder, tokenizer)}`` in order (A first). GRPO may
+    models: ``{key: (decoder, tokenizer)}`` in order (A first). GRPO may
       have one; replay trains the first from the second's logs.
     reward_fn: ``(texts, golds) -> (rewards, stats)``; the math-verify
       reward by default.
@@ -55,7 +55,9 @@ class Trainer:
       from graft_jax import rewards
       reward_fn = lambda texts, golds: rewards.score(texts, golds, timeout_s=cfg.reward.timeout_s)
     self.reward_fn = reward_fn
-    names = list(models)
+    # Models come in order (A first); the config's names key logs and metrics.
+    names = [cfg.model_a.name, cfg.model_b.name][:len(models)]
+    models = dict(zip(names, models.values()))
     trained = names[:1] if cfg.method == "replay" else names
     self.policies = {
         name: make_policy(name, models[name][0], models[name][1], cfg.optimizer,
