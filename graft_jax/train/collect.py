@@ -50,23 +50,28 @@ def sampling_params(cfg, seed: int) -> SamplingParams:
 
 
 def rollout_from_batch(policy, problems, batch: RolloutBatch, prompt_ids, reward_fn, cfg,
-                       old_logp=None) -> Rollout:
+                       old_logp=None, timings: dict | None = None) -> Rollout:
   """Decodes, scores and computes advantages (and old log-probs unless given) for a batch."""
   g, n = len(problems), batch.n
+  timings = {} if timings is None else timings
+  t0 = time.perf_counter()
   response_ids = [batch.response_ids(b) for b in range(g * n)]
   texts = [policy.decode(ids) for ids in response_ids]
   golds = [problems[b // n].answer for b in range(g * n)]
   rewards, stats = reward_fn(texts, golds)
+  timings[f"{policy.name}/reward_s"] = time.perf_counter() - t0
   rewards_GxN = np.asarray(rewards, np.float32).reshape(g, n)
   adv_GxN = np.asarray(core.group_advantages(rewards_GxN, scale_by_std=cfg.scale_by_std))
   gen_logp = [batch.logp_BxL[b, :len(response_ids[b])] for b in range(g * n)]
   gen_mean = np.array([float(np.mean(x)) if len(x) else np.nan for x in gen_logp], np.float32)
+  t0 = time.perf_counter()
   if old_logp is None:
     if cfg.old_logp_source == "sampler":
       old_logp = gen_logp
     else:
       old_logp = score_rows(policy.model, [prompt_ids[b // n] for b in range(g * n)],
                             response_ids, policy.pad_id, temperature=cfg.rollout.temperature)
+  timings[f"{policy.name}/old_logp_s"] = time.perf_counter() - t0
   return Rollout(policy.name, batch, prompt_ids, response_ids, texts, rewards_GxN, adv_GxN,
                  old_logp, gen_mean, stats)
 
@@ -76,9 +81,5 @@ def collect(policy, problems, cfg, reward_fn, seed: int, timings: dict) -> Rollo
   prompt_ids = [policy.prompt_ids(p.problem) for p in problems]
   t0 = time.perf_counter()
   batch = policy.engine.generate(prompt_ids, cfg.n, sampling_params(cfg, seed))
-  t1 = time.perf_counter()
-  roll = rollout_from_batch(policy, problems, batch, prompt_ids, reward_fn, cfg)
-  t2 = time.perf_counter()
-  timings[f"{policy.name}/sample_s"] = t1 - t0
-  timings[f"{policy.name}/reward_and_score_s"] = t2 - t1
-  return roll
+  timings[f"{policy.name}/sample_s"] = time.perf_counter() - t0
+  return rollout_from_batch(policy, problems, batch, prompt_ids, reward_fn, cfg, timings=timings)

@@ -72,7 +72,11 @@ def run_updates(policy, rows, g: int, cfg, key) -> dict:
 def rollout_metrics(roll) -> dict:
   k, n = roll.k_G, roll.n
   lengths = roll.batch.lengths_B
+  gen = np.concatenate([roll.batch.logp_BxL[b, :len(x)] for b, x in enumerate(roll.old_logp)] + [[]])
+  old = np.concatenate(list(roll.old_logp) + [[]])
+  gap = np.abs(gen - old) if gen.size == old.size and gen.size else np.zeros(1)
   return {"reward_mean": float(roll.rewards_GxN.mean()), "all_fail": float((k == 0).mean()),
+          "logp_mismatch_mean": float(gap.mean()), "logp_mismatch_max": float(gap.max()),
           "all_pass": float((k == n).mean()), "response_len": float(lengths.mean()),
           "truncated": float(roll.batch.truncated_B.mean())}
 

@@ -153,15 +153,27 @@ class Trainer:
     """Trains until ``num_steps`` (default: the config's) and saves the last step."""
     total = num_steps or self.cfg.num_steps(len(self.stream.problems))
     out = []
+    names = list(self.policies)
+    headline = {f"r{i}": f"{n}/reward_mean" for i, n in enumerate(names)}
+    headline.update({f"graft{i}": f"{n}/exchange/grafted_groups" for i, n in enumerate(names)})
     with MetricsWriter(self.workdir, total_steps=total, initial_step=self.step,
                        tensorboard=self.cfg.logging.tensorboard,
-                       progress_bar=self.cfg.logging.progress_bar) as writer:
+                       progress_bar=self.cfg.logging.progress_bar, headline=headline) as writer:
       while self.step < total:
         step = self.step
         metrics = self.run_step()
         out.append(writer.write(step, metrics))
     self.save(force=True)
     self.checkpointer.wait()
+    return out
+
+  def export_hf(self, out_root) -> dict:
+    """Writes every trained policy as a Hugging Face folder ``out_root/<name>``."""
+    from graft_jax.models import save_hf
+    out = {}
+    for name, p in self.policies.items():
+      model = p.model
+      out[name] = save_hf(model, model.cfg, p.tokenizer, pathlib.Path(out_root) / name)
     return out
 
   def close(self) -> None:
