@@ -1,0 +1,83 @@
+"""The verifier never hangs: slow sympy times out, scores 0, pool survives."""
+
+import os
+import signal
+
+import numpy as np
+
+from graft_jax import rewards
+
+# 9^(9^(9^9)) makes sympy try to evaluate an astronomically large power.
+PATHOLOGICAL = "\\boxed{9^{9^{9^{9}}}}"
+
+
+def _batch():
+  responses = ["\\boxed{\\sqrt{8}}", PATHOLOGICAL, "\\boxed{1+x}",
+               "\\boxed{0.25}", "\\boxed{(1,2]}"]
+  golds = ["2\\sqrt{2}", "1", "x+1", "\\frac{1}{4}", "(1, 2]"]
+  return responses, golds, [1.0, 0.0, 1.0, 1.0, 1.0]
+
+
+def test_soft_timeout_scores_zero_and_keeps_the_batch(pool):
+  responses, golds, want = _batch()
+  got, stats = rewards.score(responses, golds, pool=pool, timeout_s=2.0)
+  np.testing.assert_array_equal(got, want)
+  assert stats.timeouts == 1
+  got, stats = rewards.score(["\\boxed{\\sqrt{4}}"], ["2.0"], pool=pool)
+  assert got[0] == 1.0 and stats.timeouts == 0
+
+
+def test_hung_worker_is_killed_and_replaced():
+  # Without the in-worker timer the worker really hangs inside sympy, so only
+  # the parent's hard deadline can save the batch.
+  with rewards.VerifierPool(2, soft_timeout=False, hard_grace_s=0.5) as pool:
+    pids_before = set(pool.worker_pids)
+    responses, golds, want = _batch()
+    got, stats = rewards.score(responses, golds, pool=pool, timeout_s=2.0)
+    np.testing.assert_array_equal(got, want)
+    assert stats.timeouts == 1 and stats.hard_timeouts == 1
+    assert stats.worker_restarts == 1
+    assert len(pids_before - set(pool.worker_pids)) == 1
+    got, stats = rewards.score(["\\boxed{x^2}"] * 4, ["x^2"] * 4, pool=pool,
+                               timeout_s=5.0)
+    np.testing.assert_array_equal(got, np.ones(4))
+
+
+def test_dead_worker_is_replaced(pool):
+  os.kill(pool.worker_pids[0], signal.SIGKILL)
+  got, stats = rewards.score(["\\boxed{\\frac{6}{8}}", "\\boxed{2^{10}}"],
+                             ["0.75", "1024"], pool=pool)
+  np.testing.assert_array_equal(got, [1.0, 1.0])
+  assert stats.worker_restarts >= 1
+
+
+def test_close_stops_workers():
+  pool = rewards.VerifierPool(1)
+  got, _ = rewards.score(["\\boxed{\\sqrt{9}}"], ["3"], pool=pool)
+  assert got[0] == 1.0
+  procs = [w.proc for w in pool._workers]  # pylint: disable=protected-access
+  pool.close()
+  assert not any(p.is_alive() for p in procs)
+
+
+class _BrokenPipe:
+  """Wraps a worker's Connection so that the next send fails."""
+
+  def __init__(self, conn):
+    self._conn = conn
+
+  def send(self, msg):
+    del msg
+    raise BrokenPipeError("simulated")
+
+  def __getattr__(self, name):
+    return getattr(self._conn, name)
+
+
+def test_failed_send_requeues_the_chunk(pool):
+  w = pool._workers[0]  # pylint: disable=protected-access
+  w.conn = _BrokenPipe(w.conn)
+  responses = [f"\\boxed{{\\sqrt{{{i * i}}}}}" for i in range(2, 10)]
+  got, stats = rewards.score(responses, [str(i) for i in range(2, 10)], pool=pool)
+  np.testing.assert_array_equal(got, np.ones(8))
+  assert stats.worker_restarts >= 1 and stats.errors == 0
