@@ -75,8 +75,9 @@ class _BrokenPipe:
 
 
 def test_failed_send_requeues_the_chunk(pool):
-  w = pool._workers[0]  # pylint: disable=protected-access
-  w.conn = _BrokenPipe(w.conn)
+  # Break every worker's pipe: whichever one the chunk is sent to fails the send.
+  for w in pool._workers:  # pylint: disable=protected-access
+    w.conn = _BrokenPipe(w.conn)
   responses = [f"\\boxed{{\\sqrt{{{i * i}}}}}" for i in range(2, 10)]
   got, stats = rewards.score(responses, [str(i) for i in range(2, 10)], pool=pool)
   np.testing.assert_array_equal(got, np.ones(8))
