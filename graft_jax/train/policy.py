@@ -11,6 +11,7 @@ import numpy as np
 from flax import nnx
 
 from graft_jax.rollout import JaxSamplerEngine
+from graft_jax.sharding import shard_model
 from graft_jax.train.update import make_optimizer
 
 
@@ -33,6 +34,7 @@ class Policy:
   engine: Any
   prompt_suffix: str
   ref_params: Any = None
+  mesh: Any = None
 
   @property
   def eos_id(self) -> int:
@@ -71,11 +73,18 @@ class Policy:
 
 
 def make_policy(name: str, model, tokenizer, opt_cfg, prompt_suffix: str, *,
-                keep_reference: bool = False) -> Policy:
-  """Wraps a loaded decoder: optimizer state, a JAX sampler engine, optional frozen reference."""
+                keep_reference: bool = False, mesh=None) -> Policy:
+  """Wraps a loaded decoder: optimizer state, a JAX sampler engine, optional frozen reference.
+
+  With a ``mesh``, the parameters are placed by their logical axes
+  (``graft_jax.sharding``); the optimizer state inherits their shardings and
+  the compiled update follows them.
+  """
+  state_sharding = shard_model(model, mesh) if mesh is not None else None
   graphdef, params = nnx.split(model)
   tx = make_optimizer(opt_cfg)
-  opt_state = tx.init(params)
-  engine = JaxSamplerEngine(model, eos_ids=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id)
+  opt_state = jax.jit(tx.init)(params)
+  engine = JaxSamplerEngine(model, eos_ids=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+                            state_sharding=state_sharding)
   ref = jax.tree.map(np.asarray, params) if keep_reference else None
-  return Policy(name, graphdef, params, opt_state, tx, tokenizer, engine, prompt_suffix, ref)
+  return Policy(name, graphdef, params, opt_state, tx, tokenizer, engine, prompt_suffix, ref, mesh)

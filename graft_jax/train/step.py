@@ -53,7 +53,8 @@ def run_updates(policy, rows, g: int, cfg, key) -> dict:
                                              key=jax.random.fold_in(key, epoch)))
     for groups in perm.reshape(mbs, -1):
       batch = pack_minibatch(rows, rows.rows_of_groups(groups), policy.pad_id)
-      params, opt_state, m = update_minibatch(params, opt_state, to_device_batch(batch),
+      params, opt_state, m = update_minibatch(params, opt_state,
+                                              to_device_batch(batch, policy.mesh),
                                               np.int32(updates), graphdef=policy.graphdef,
                                               tx=policy.tx, spec=spec)
       for k, v in jax.device_get(m).items():

@@ -45,9 +45,10 @@ class Trainer:
       have one; replay trains the first from the second's logs.
     reward_fn: ``(texts, golds) -> (rewards, stats)``; the math-verify
       reward by default.
+    mesh: optional device mesh; parameters and minibatches are sharded on it.
   """
 
-  def __init__(self, cfg, problems, models: dict, reward_fn=None):
+  def __init__(self, cfg, problems, models: dict, reward_fn=None, mesh=None):
     self.cfg = cfg
     self.workdir = pathlib.Path(cfg.workdir)
     self.workdir.mkdir(parents=True, exist_ok=True)
@@ -61,7 +62,8 @@ class Trainer:
     trained = names[:1] if cfg.method == "replay" else names
     self.policies = {
         name: make_policy(name, models[name][0], models[name][1], cfg.optimizer,
-                          cfg.data.prompt_suffix, keep_reference=cfg.method == "hacpo")
+                          cfg.data.prompt_suffix, keep_reference=cfg.method == "hacpo",
+                          mesh=mesh)
         for name in trained}
     self.stream = PromptStream(problems, cfg.prompts_per_step, seed=cfg.seed,
                                shuffle=cfg.data.shuffle)

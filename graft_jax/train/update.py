@@ -12,6 +12,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 
@@ -93,5 +94,9 @@ def update_minibatch(params, opt_state, batch, update_index, *, graphdef, tx, sp
   return params, opt_state, metrics
 
 
-def to_device_batch(batch: dict) -> dict:
-  return {k: jnp.asarray(v) for k, v in batch.items()}
+def to_device_batch(batch: dict, mesh=None) -> dict:
+  """Host arrays to device; with a mesh, rows are split over the batch axes."""
+  if mesh is None:
+    return {k: jnp.asarray(v) for k, v in batch.items()}
+  from graft_jax.sharding import batch_sharding
+  return {k: jax.device_put(v, batch_sharding(mesh, ndim=np.ndim(v))) for k, v in batch.items()}
