@@ -19,15 +19,15 @@ def get_config(arg=None):
   c.model_a.update(dict(path='runs/toy_pair/model_a', name='toy_a'))
   c.model_b.update(dict(path='runs/toy_pair/model_b', name='toy_b'))
   c.data.format = 'synthetic'
-  c.data.prompt_suffix = ''
+  c.data.prompt_suffix = ' Answer:'  # graft_jax.toy.PROMPT_SUFFIX, what the pair was warm-started on
   c.data.synthetic.update(
-      dict(families=('add', 'mul'), difficulty=1, num=512, seed=0))
+      dict(families=('add', 'sub', 'mul'), difficulty=2, num=512, seed=0))
   c.prompts_per_step = 16
   c.num_minibatches = 2
   c.hacpo.minibatch_prompts = 8  # same 2 updates per step as the paper's 64/128
-  c.total_steps = 30
+  c.total_steps = 24
   c.max_prompt_len = 32
-  c.max_response_len = 16
+  c.max_response_len = 32
   # Tiny randomly initialised models need a far larger step than 1e-6.
   c.optimizer.lr = 1e-4
   c.dtype = 'float32'  # bf16 matmuls are slow on CPU

@@ -1,0 +1,1 @@
+"""Experiment drivers built on the library: the toy GRPO-vs-GRAFT comparison."""
