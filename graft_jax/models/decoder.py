@@ -1,0 +1,118 @@
+"""The decoder-only transformer shared by Qwen3, Llama 3.x and SmolLM3, in Flax NNX.
+
+`Decoder(ids_BxT)` gives fp32 logits for an unpadded batch; padded batches pass
+`attn_mask_BxT` (left or right padding both work: positions count real tokens).
+`forward_cached` runs prefill / decode steps against a static-length KV cache.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from graft_jax.models.config import ModelConfig
+from graft_jax.models.layers import MLP, Attention, RMSNorm, param
+
+KVCache = tuple  # per layer: (k_BxSxKxH, v_BxSxKxH)
+
+
+class Block(nnx.Module):
+  """Pre-norm residual block: attention then SwiGLU."""
+
+  def __init__(self, cfg: ModelConfig, layer: int, *, rngs: nnx.Rngs, param_dtype):
+    self.input_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, rngs=rngs,
+                              param_dtype=param_dtype)
+    self.attn = Attention(cfg, cfg.use_rope_layers[layer], rngs=rngs, param_dtype=param_dtype)
+    self.post_attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, rngs=rngs,
+                                  param_dtype=param_dtype)
+    self.mlp = MLP(cfg, rngs=rngs, param_dtype=param_dtype)
+
+  def __call__(self, x_BxTxD, positions_BxT, mask_BxTxS, cache=None, cache_index=None):
+    attn_BxTxD, cache = self.attn(self.input_norm(x_BxTxD), positions_BxT, mask_BxTxS,
+                                  cache, cache_index)
+    h_BxTxD = x_BxTxD + attn_BxTxD
+    return h_BxTxD + self.mlp(self.post_attn_norm(h_BxTxD)), cache
+
+
+class Decoder(nnx.Module):
+  """Token ids in, next-token logits out.
+
+  `param_dtype` is the storage (master) dtype; `dtype` the compute dtype
+  (defaults to `param_dtype`; e.g. fp32 params with bf16 compute).
+  """
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, param_dtype=jnp.float32,
+               dtype=None):
+    self.cfg = cfg
+    self.dtype = jnp.dtype(dtype or param_dtype)
+    self.embedding_VxD = param(rngs, (cfg.vocab_size, cfg.hidden_size), ("vocab", "embed"),
+                               param_dtype)
+    self.layers = nnx.List([Block(cfg, i, rngs=rngs, param_dtype=param_dtype)
+                            for i in range(cfg.num_layers)])
+    self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, rngs=rngs,
+                              param_dtype=param_dtype)
+    self.lm_head_DxV = None if cfg.tie_word_embeddings else param(
+        rngs, (cfg.hidden_size, cfg.vocab_size), ("embed", "vocab"), param_dtype)
+
+  def __call__(self, ids_BxT, attn_mask_BxT=None, positions_BxT=None):
+    """fp32 logits_BxTxV; rows may be padded on either side via `attn_mask_BxT`."""
+    b, t = ids_BxT.shape
+    if attn_mask_BxT is None:
+      attn_mask_BxT = jnp.ones((b, t), bool)
+    attn_mask_BxT = attn_mask_BxT.astype(bool)
+    if positions_BxT is None:
+      positions_BxT = positions_from_mask(attn_mask_BxT)
+    causal_TxT = jnp.tril(jnp.ones((t, t), bool))
+    mask_BxTxT = causal_TxT[None] & attn_mask_BxT[:, None, :]
+    x_BxTxD = self.embed(ids_BxT)
+    for block in self.layers:
+      x_BxTxD, _ = block(x_BxTxD, positions_BxT, mask_BxTxT)
+    return self.logits(x_BxTxD)
+
+  def forward_cached(self, ids_BxT, positions_BxT, kv_mask_BxS, cache: KVCache,
+                     cache_index):
+    """Writes this chunk's keys at slots [cache_index, cache_index + T) and attends.
+
+    `kv_mask_BxS` marks cache slots holding real tokens (this chunk's included).
+    Returns (logits_BxTxV fp32, new_cache).
+    """
+    t = ids_BxT.shape[1]
+    s = kv_mask_BxS.shape[1]
+    query_slot_T = cache_index + jnp.arange(t)
+    causal_TxS = jnp.arange(s)[None, :] <= query_slot_T[:, None]
+    mask_BxTxS = causal_TxS[None] & kv_mask_BxS.astype(bool)[:, None, :]
+    x_BxTxD = self.embed(ids_BxT)
+    new_cache = []
+    for block, layer_cache in zip(self.layers, cache):
+      x_BxTxD, layer_cache = block(x_BxTxD, positions_BxT, mask_BxTxS, layer_cache,
+                                   cache_index)
+      new_cache.append(layer_cache)
+    return self.logits(x_BxTxD), tuple(new_cache)
+
+  def init_cache(self, batch: int, max_len: int, dtype=None) -> KVCache:
+    shape = (batch, max_len, self.cfg.num_kv_heads, self.cfg.head_dim)
+    dt = dtype or self.dtype
+    return tuple((jnp.zeros(shape, dt), jnp.zeros(shape, dt)) for _ in self.layers)
+
+  def embed(self, ids_BxT):
+    return jnp.take(self.embedding_VxD[...], ids_BxT, axis=0).astype(self.dtype)
+
+  def logits(self, x_BxTxD):
+    x_BxTxD = self.final_norm(x_BxTxD)
+    if self.lm_head_DxV is None:
+      return jnp.einsum("btd,vd->btv", x_BxTxD, self.embedding_VxD[...].astype(self.dtype),
+                        preferred_element_type=jnp.float32)
+    return jnp.einsum("btd,dv->btv", x_BxTxD, self.lm_head_DxV[...].astype(self.dtype),
+                      preferred_element_type=jnp.float32)
+
+
+def positions_from_mask(mask_BxT):
+  """Position of each token among its row's real tokens (pads get 0)."""
+  return jnp.maximum(jnp.cumsum(mask_BxT.astype(jnp.int32), axis=1) - 1, 0)
+
+
+def init_model(cfg: ModelConfig, *, rngs: nnx.Rngs | None = None, param_dtype=jnp.float32,
+               dtype=None) -> Decoder:
+  """A randomly initialised decoder (normal(0, 0.02) weights, unit norms)."""
+  return Decoder(cfg, rngs=rngs or nnx.Rngs(0), param_dtype=param_dtype, dtype=dtype)

@@ -1,0 +1,146 @@
+"""Decoder building blocks: RMSNorm, RoPE (default/linear/llama3), GQA attention, SwiGLU.
+
+Weights are einsum operands named by their axes (D model, N query heads,
+K kv heads, H head dim, F mlp). Each carries `logical_axes` metadata that
+`graft_jax.sharding` turns into mesh placements.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+# Large but finite: a fully masked row (a pad query) softmaxes to uniform, not NaN.
+_MASK_VALUE = -1e30
+
+
+def param(rngs: nnx.Rngs, shape, axes, dtype, *, init="normal", std=0.02) -> nnx.Param:
+  """An `nnx.Param` with logical axis names as metadata."""
+  if init == "ones":
+    value = jnp.ones(shape, dtype)
+  else:
+    value = (std * jax.random.normal(rngs.params(), shape)).astype(dtype)
+  return nnx.Param(value, logical_axes=tuple(axes))
+
+
+class RMSNorm(nnx.Module):
+  """x / rms(x) * scale, normalised in fp32 like transformers."""
+
+  def __init__(self, dim: int, eps: float, *, rngs: nnx.Rngs, param_dtype=jnp.float32):
+    self.scale_D = param(rngs, (dim,), ("norm",), param_dtype, init="ones")
+    self.eps = eps
+
+  def __call__(self, x):
+    x32 = x.astype(jnp.float32)
+    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+    return self.scale_D[...].astype(x.dtype) * normed.astype(x.dtype)
+
+
+def rope_inv_freq(head_dim: int, *, theta: float, rope_type: str, factor: float,
+                  low_freq_factor: float, high_freq_factor: float,
+                  original_max_positions: int) -> np.ndarray:
+  """Inverse frequencies (head_dim // 2,) as transformers computes them, in fp32."""
+  exponent = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / head_dim
+  inv_freq = (1.0 / (np.float32(theta) ** exponent)).astype(np.float32)
+  if rope_type == "linear":
+    return (inv_freq / np.float32(factor)).astype(np.float32)
+  if rope_type != "llama3":
+    return inv_freq
+  # Llama 3.1 scaling: long wavelengths are divided by `factor`, short ones kept,
+  # and the band between is interpolated smoothly.
+  low_freq_wavelen = original_max_positions / low_freq_factor
+  high_freq_wavelen = original_max_positions / high_freq_factor
+  wavelen = 2 * math.pi / inv_freq
+  scaled = np.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+  smooth = (original_max_positions / wavelen - low_freq_factor) / (
+      high_freq_factor - low_freq_factor)
+  smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+  medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+  return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+def apply_rope(x_BxTxNxH, positions_BxT, inv_freq_H2):
+  """Rotate-half RoPE (transformers layout: first half pairs with second half)."""
+  freqs_BxTxH2 = positions_BxT.astype(jnp.float32)[..., None] * inv_freq_H2
+  emb_BxTxH = jnp.concatenate([freqs_BxTxH2, freqs_BxTxH2], axis=-1)
+  cos = jnp.cos(emb_BxTxH)[:, :, None, :].astype(x_BxTxNxH.dtype)
+  sin = jnp.sin(emb_BxTxH)[:, :, None, :].astype(x_BxTxNxH.dtype)
+  half = x_BxTxNxH.shape[-1] // 2
+  rotated = jnp.concatenate([-x_BxTxNxH[..., half:], x_BxTxNxH[..., :half]], axis=-1)
+  return x_BxTxNxH * cos + rotated * sin
+
+
+class Attention(nnx.Module):
+  """Grouped-query attention with optional per-head q/k RMSNorm and a KV cache."""
+
+  def __init__(self, cfg, use_rope: bool, *, rngs: nnx.Rngs, param_dtype=jnp.float32):
+    d, n, k, h = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    self.q_DxNxH = param(rngs, (d, n, h), ("embed", "q_heads", "head_dim"), param_dtype)
+    self.k_DxKxH = param(rngs, (d, k, h), ("embed", "kv_heads", "head_dim"), param_dtype)
+    self.v_DxKxH = param(rngs, (d, k, h), ("embed", "kv_heads", "head_dim"), param_dtype)
+    self.o_NxHxD = param(rngs, (n, h, d), ("q_heads", "head_dim", "embed"), param_dtype)
+    if cfg.qk_norm:
+      self.q_norm = RMSNorm(h, cfg.rms_norm_eps, rngs=rngs, param_dtype=param_dtype)
+      self.k_norm = RMSNorm(h, cfg.rms_norm_eps, rngs=rngs, param_dtype=param_dtype)
+    else:
+      self.q_norm = self.k_norm = None
+    self.cfg = cfg
+    self.use_rope = bool(use_rope)
+
+  def __call__(self, x_BxTxD, positions_BxT, mask_BxTxS, cache=None, cache_index=None):
+    """Attends over this call's keys, or over `cache` after writing them at `cache_index`.
+
+    Returns (out_BxTxD, new_cache); `cache` is `(k_BxSxKxH, v_BxSxKxH)` or None.
+    """
+    dt = x_BxTxD.dtype
+    q_BxTxNxH = jnp.einsum("btd,dnh->btnh", x_BxTxD, self.q_DxNxH[...].astype(dt))
+    k_BxTxKxH = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.k_DxKxH[...].astype(dt))
+    v_BxTxKxH = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.v_DxKxH[...].astype(dt))
+    if self.q_norm is not None:
+      q_BxTxNxH, k_BxTxKxH = self.q_norm(q_BxTxNxH), self.k_norm(k_BxTxKxH)
+    if self.use_rope:
+      # A trace-time constant: computed from the (static, hashable) config.
+      inv_freq = jnp.asarray(rope_inv_freq(self.cfg.head_dim, **self.cfg.rope_kwargs))
+      q_BxTxNxH = apply_rope(q_BxTxNxH, positions_BxT, inv_freq)
+      k_BxTxKxH = apply_rope(k_BxTxKxH, positions_BxT, inv_freq)
+    if cache is not None:
+      k_cache, v_cache = cache
+      start = (0, cache_index, 0, 0)
+      k_BxSxKxH = jax.lax.dynamic_update_slice(k_cache, k_BxTxKxH.astype(k_cache.dtype), start)
+      v_BxSxKxH = jax.lax.dynamic_update_slice(v_cache, v_BxTxKxH.astype(v_cache.dtype), start)
+      cache = (k_BxSxKxH, v_BxSxKxH)
+    else:
+      k_BxSxKxH, v_BxSxKxH = k_BxTxKxH, v_BxTxKxH
+    b, t, n, h = q_BxTxNxH.shape
+    kv = self.cfg.num_kv_heads
+    # Query head n = k * g + j shares kv head k (transformers' repeat_kv order).
+    q_BxTxKxGxH = q_BxTxNxH.reshape(b, t, kv, n // kv, h)
+    scores = jnp.einsum("btkgh,bskh->bkgts", q_BxTxKxGxH, k_BxSxKxH.astype(dt),
+                        preferred_element_type=jnp.float32) * (h ** -0.5)
+    scores = jnp.where(mask_BxTxS[:, None, None], scores, _MASK_VALUE)
+    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+    out_BxTxKxGxH = jnp.einsum("bkgts,bskh->btkgh", probs, v_BxSxKxH.astype(dt))
+    out_BxTxNxH = out_BxTxKxGxH.reshape(b, t, n, h)
+    out_BxTxD = jnp.einsum("btnh,nhd->btd", out_BxTxNxH, self.o_NxHxD[...].astype(dt))
+    return out_BxTxD, cache
+
+
+class MLP(nnx.Module):
+  """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+  def __init__(self, cfg, *, rngs: nnx.Rngs, param_dtype=jnp.float32):
+    d, f = cfg.hidden_size, cfg.intermediate_size
+    self.gate_DxF = param(rngs, (d, f), ("embed", "mlp"), param_dtype)
+    self.up_DxF = param(rngs, (d, f), ("embed", "mlp"), param_dtype)
+    self.down_FxD = param(rngs, (f, d), ("mlp", "embed"), param_dtype)
+
+  def __call__(self, x_BxTxD):
+    dt = x_BxTxD.dtype
+    gate_BxTxF = jnp.einsum("btd,df->btf", x_BxTxD, self.gate_DxF[...].astype(dt))
+    up_BxTxF = jnp.einsum("btd,df->btf", x_BxTxD, self.up_DxF[...].astype(dt))
+    return jnp.einsum("btf,fd->btd", jax.nn.silu(gate_BxTxF) * up_BxTxF,
+                      self.down_FxD[...].astype(dt))

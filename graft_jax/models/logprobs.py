@@ -1,0 +1,93 @@
+"""Teacher-forced per-token log-probs of given tokens, and packing of (prompt, response) pairs.
+
+`token_logprobs` is a pure function of the model, so it can sit inside a
+jitted, differentiated loss: `lambda state: token_logprobs(nnx.merge(gd, state), ...)`.
+`token_logprobs_jit` is the compiled version for scoring outside a loss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+
+def token_logprobs(model, ids_BxT, attn_mask_BxT, *, temperature=1.0):
+  """logp_BxT[b, t] = log softmax(logits(ids[b, :t]) / temperature)[ids[b, t]].
+
+  Column 0 (no context) and masked positions are 0. Rows may be right- or
+  left-padded; positions follow `attn_mask_BxT`. Returns float32.
+  """
+  mask_BxT = attn_mask_BxT.astype(bool)
+  logits_BxTxV = model(ids_BxT, mask_BxT) / temperature
+  next_ids_BxT1 = ids_BxT[:, 1:]
+  picked_BxT1 = jnp.take_along_axis(logits_BxTxV[:, :-1], next_ids_BxT1[..., None],
+                                    axis=-1)[..., 0]
+  logp_BxT1 = picked_BxT1 - jax.nn.logsumexp(logits_BxTxV[:, :-1], axis=-1)
+  logp_BxT = jnp.pad(logp_BxT1, ((0, 0), (1, 0)))
+  return jnp.where(mask_BxT, logp_BxT, 0.0).astype(jnp.float32)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _token_logprobs_split(graphdef, state, ids_BxT, attn_mask_BxT, temperature):
+  return token_logprobs(nnx.merge(graphdef, state), ids_BxT, attn_mask_BxT,
+                        temperature=temperature)
+
+
+def token_logprobs_jit(model, ids_BxT, attn_mask_BxT, *, temperature=1.0):
+  """Compiled `token_logprobs`; recompiles only for new shapes, not new weights."""
+  graphdef, state = nnx.split(model)
+  return _token_logprobs_split(graphdef, state, jnp.asarray(ids_BxT),
+                               jnp.asarray(attn_mask_BxT), jnp.float32(temperature))
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedPairs:
+  """Right-padded `[prompt | response | pad]` rows.
+
+  `response_mask_BxT` is True on response tokens: the positions whose
+  `token_logprobs` score the response under the prompt.
+  """
+
+  ids_BxT: np.ndarray
+  attn_mask_BxT: np.ndarray
+  response_mask_BxT: np.ndarray
+  prompt_lens_B: np.ndarray
+  response_lens_B: np.ndarray
+
+  def responses(self, values_BxT) -> list[np.ndarray]:
+    """Per row, the entries of `values_BxT` on that row's response tokens."""
+    values_BxT = np.asarray(values_BxT)
+    return [values_BxT[b, p:p + r] for b, (p, r) in
+            enumerate(zip(self.prompt_lens_B, self.response_lens_B))]
+
+
+def pack_pairs(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
+               pad_id: int, *, multiple: int = 64, min_len: int = 0) -> PackedPairs:
+  """Packs ragged id lists into right-padded arrays of length rounded up to `multiple`.
+
+  Rounding keeps the number of distinct shapes (and compilations) small.
+  Prompts must be non-empty: the first response token needs a context.
+  """
+  if len(prompts) != len(responses):
+    raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+  if any(len(p) == 0 for p in prompts):
+    raise ValueError("pack_pairs: empty prompt (the first response token needs context)")
+  lens = [len(p) + len(r) for p, r in zip(prompts, responses)]
+  longest = max(lens + [min_len, 1])
+  t = -(-longest // multiple) * multiple
+  b = len(prompts)
+  ids = np.full((b, t), pad_id, np.int32)
+  attn = np.zeros((b, t), bool)
+  resp = np.zeros((b, t), bool)
+  for i, (p, r) in enumerate(zip(prompts, responses)):
+    ids[i, :len(p) + len(r)] = list(p) + list(r)
+    attn[i, :len(p) + len(r)] = True
+    resp[i, len(p):len(p) + len(r)] = True
+  return PackedPairs(ids, attn, resp, np.array([len(p) for p in prompts], np.int32),
+                     np.array([len(r) for r in responses], np.int32))

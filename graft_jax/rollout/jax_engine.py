@@ -1,0 +1,106 @@
+"""`JaxSamplerEngine`: the in-process `RolloutEngine` over a graft_jax decoder.
+
+Shapes are bucketed (prompt count, prompt length, new-token budget), so a run
+compiles a handful of programs and then reuses them; `set_weights` only swaps
+the parameter state, which never recompiles.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from graft_jax.rollout.sampler import generate_padded
+from graft_jax.rollout.types import RolloutBatch, SamplingParams
+
+
+def bucket(size: int, minimum: int) -> int:
+  """The next power of two >= size (and >= minimum)."""
+  return max(minimum, 1 << max(0, int(size) - 1).bit_length())
+
+
+class JaxSamplerEngine:
+  """Samples with a `graft_jax.models.Decoder`; satisfies `RolloutEngine`.
+
+  Args:
+    model: the decoder (its compute dtype is the sampler's).
+    eos_ids: token id(s) that end a response.
+    pad_id: id written after a response ends.
+    min_prompt_bucket / min_new_bucket / min_batch_bucket: smallest bucket sizes.
+    cache_dtype: KV-cache dtype (default: the model's compute dtype).
+    state_sharding: optional pytree of shardings to place the weights with.
+  """
+
+  def __init__(self, model, *, eos_ids: int | Sequence[int], pad_id: int,
+               min_prompt_bucket: int = 16, min_new_bucket: int = 16,
+               min_batch_bucket: int = 1, cache_dtype=None, state_sharding=None):
+    self.eos_ids = tuple(int(e) for e in np.atleast_1d(eos_ids))
+    if not self.eos_ids:
+      raise ValueError("JaxSamplerEngine needs at least one EOS id")
+    self.pad_id = int(pad_id)
+    self.min_prompt_bucket = min_prompt_bucket
+    self.min_new_bucket = min_new_bucket
+    self.min_batch_bucket = min_batch_bucket
+    self.cache_dtype = cache_dtype
+    self.state_sharding = state_sharding
+    self.set_weights(model)
+
+  def set_weights(self, model) -> None:
+    """Uses `model`'s weights from now on: an nnx decoder, or its `nnx.State`.
+
+    Only the state is replaced; the compiled programs are reused as long as
+    the parameter shapes and dtypes stay the same.
+    """
+    if isinstance(model, nnx.Module):
+      self.graphdef, state = nnx.split(model)
+      self.vocab_size = model.cfg.vocab_size
+    else:
+      state = model
+    if self.state_sharding is not None:
+      state = jax.device_put(state, self.state_sharding)
+    self.state = state
+
+  def generate(self, prompts: Sequence[Sequence[int]], n: int,
+               params: SamplingParams) -> RolloutBatch:
+    """Samples `n` responses per token-id prompt; see `RolloutBatch` for the fields."""
+    if not prompts:
+      raise ValueError("generate: no prompts")
+    if n < 1:
+      raise ValueError(f"generate: n must be >= 1, got {n}")
+    for i, p in enumerate(prompts):
+      if len(p) == 0:
+        raise ValueError(f"generate: prompt {i} is empty")
+    num = len(prompts)
+    p_bucket = bucket(num, self.min_batch_bucket)
+    l_bucket = bucket(max(len(p) for p in prompts), self.min_prompt_bucket)
+    n_bucket = bucket(params.max_new_tokens, self.min_new_bucket)
+    ids = np.full((p_bucket, l_bucket), self.pad_id, np.int32)
+    mask = np.zeros((p_bucket, l_bucket), bool)
+    for i, p in enumerate(prompts):
+      ids[i, l_bucket - len(p):] = p
+      mask[i, l_bucket - len(p):] = True
+    greedy = params.temperature == 0
+    out = generate_padded(
+        self.graphdef, self.state, ids, mask, np.arange(p_bucket) < num,
+        jax.random.key(params.seed), jnp.int32(params.max_new_tokens),
+        jnp.float32(params.temperature if not greedy else 1.0), jnp.float32(params.top_p),
+        n=n, max_new=n_bucket, eos_ids=self.eos_ids, pad_id=self.pad_id, greedy=greedy,
+        top_k=0 if greedy else min(params.top_k, self.vocab_size),
+        use_top_p=not greedy and params.top_p < 1.0, cache_dtype=self.cache_dtype)
+    rows, steps = num * n, params.max_new_tokens
+    tokens, logp, lengths, finished = jax.device_get(
+        (out.tokens_BxN, out.logp_BxN, out.lengths_B, out.finished_B))
+    lengths = np.asarray(lengths[:rows])
+    mask_BxL = np.arange(steps)[None, :] < lengths[:, None]
+    return RolloutBatch(
+        tokens_BxL=np.asarray(tokens[:rows, :steps], np.int32),
+        mask_BxL=mask_BxL,
+        logp_BxL=np.where(mask_BxL, logp[:rows, :steps], 0.0).astype(np.float32),
+        finished_B=np.asarray(finished[:rows], bool),
+        truncated_B=~np.asarray(finished[:rows], bool),
+        prompt_index_B=np.repeat(np.arange(num, dtype=np.int32), n),
+        n=n)

@@ -1,0 +1,108 @@
+"""The compiled sampler: prefill left-padded prompts once, then a KV-cached decode loop.
+
+Prompts are left-padded so every row's next token lands in the same cache
+slot, which keeps each decode step a single `dynamic_update_slice`. Each
+prompt is prefilled once and its cache repeated `n` times (row `i * n + j`).
+The loop is a `lax.while_loop` that stops when every row has hit EOS.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from graft_jax.models.decoder import positions_from_mask
+from graft_jax.rollout.sampling import sample_step
+
+
+class SamplerOutput(NamedTuple):
+  tokens_BxN: jax.Array   # int32, pad after the end
+  logp_BxN: jax.Array     # float32, 0 after the end
+  lengths_B: jax.Array    # int32 real response tokens (EOS included)
+  finished_B: jax.Array   # bool, ended with EOS
+
+
+class _Carry(NamedTuple):
+  step: jax.Array
+  tokens_BxN: jax.Array
+  logp_BxN: jax.Array
+  lengths_B: jax.Array
+  done_B: jax.Array
+  logits_BxV: jax.Array
+  kv_mask_BxS: jax.Array
+  cache: tuple
+
+
+def prefill(model, prompt_ids_PxL, prompt_mask_PxL, max_new: int, cache_dtype=None):
+  """Runs the prompts through the model into a cache of length L + max_new.
+
+  Returns (last_logits_PxV, cache, kv_mask_PxS, next_positions_P).
+  """
+  p, l = prompt_ids_PxL.shape
+  mask_PxL = prompt_mask_PxL.astype(bool)
+  cache = model.init_cache(p, l + max_new, cache_dtype)
+  kv_mask_PxS = jnp.concatenate([mask_PxL, jnp.zeros((p, max_new), bool)], axis=1)
+  logits_PxLxV, cache = model.forward_cached(
+      prompt_ids_PxL, positions_from_mask(mask_PxL), kv_mask_PxS, cache, 0)
+  return logits_PxLxV[:, -1], cache, kv_mask_PxS, mask_PxL.sum(axis=1).astype(jnp.int32)
+
+
+def decode(model, key, logits_BxV, cache, kv_mask_BxS, positions_B, done_B, *, prompt_len: int,
+           max_new: int, steps, temperature, top_p, eos_ids: tuple[int, ...], pad_id: int,
+           greedy: bool, top_k: int, use_top_p: bool) -> SamplerOutput:
+  """Samples up to `steps` (traced, <= max_new) tokens per row, stopping early when all are done."""
+  b = logits_BxV.shape[0]
+  eos_E = jnp.asarray(eos_ids, jnp.int32)
+
+  def cond(c: _Carry):
+    return (c.step < steps) & ~jnp.all(c.done_B)
+
+  def body(c: _Carry) -> _Carry:
+    token_B, logp_B = sample_step(jax.random.fold_in(key, c.step), c.logits_BxV, temperature,
+                                  top_p, greedy=greedy, top_k=top_k, use_top_p=use_top_p)
+    live_B = ~c.done_B
+    token_B = jnp.where(live_B, token_B, pad_id)
+    logp_B = jnp.where(live_B, logp_B, 0.0)
+    tokens_BxN = jax.lax.dynamic_update_slice(c.tokens_BxN, token_B[:, None], (0, c.step))
+    logp_BxN = jax.lax.dynamic_update_slice(c.logp_BxN, logp_B[:, None], (0, c.step))
+    slot = prompt_len + c.step
+    kv_mask_BxS = jax.lax.dynamic_update_slice(c.kv_mask_BxS, live_B[:, None], (0, slot))
+    logits_Bx1xV, cache = model.forward_cached(
+        token_B[:, None], (positions_B + c.step)[:, None], kv_mask_BxS, c.cache, slot)
+    return _Carry(c.step + 1, tokens_BxN, logp_BxN, c.lengths_B + live_B.astype(jnp.int32),
+                  c.done_B | (live_B & jnp.isin(token_B, eos_E)), logits_Bx1xV[:, 0],
+                  kv_mask_BxS, cache)
+
+  init = _Carry(jnp.int32(0), jnp.full((b, max_new), pad_id, jnp.int32),
+                jnp.zeros((b, max_new), jnp.float32), jnp.zeros((b,), jnp.int32), done_B,
+                logits_BxV.astype(jnp.float32), kv_mask_BxS, cache)
+  out = jax.lax.while_loop(cond, body, init)
+  return SamplerOutput(out.tokens_BxN, out.logp_BxN, out.lengths_B, out.done_B & ~done_B)
+
+
+@functools.partial(jax.jit, static_argnames=(
+    "graphdef", "n", "max_new", "eos_ids", "pad_id", "greedy", "top_k", "use_top_p",
+    "cache_dtype"))
+def generate_padded(graphdef, state, prompt_ids_PxL, prompt_mask_PxL, prompt_valid_P, key,
+                    steps, temperature, top_p, *, n: int, max_new: int,
+                    eos_ids: tuple[int, ...], pad_id: int, greedy: bool, top_k: int,
+                    use_top_p: bool, cache_dtype=None) -> SamplerOutput:
+  """Prefill + decode for P left-padded prompts, n samples each (B = P * n rows).
+
+  Rows of prompts with `prompt_valid_P == False` (batch-bucket filler) start
+  finished and produce nothing. Compiles once per (P, L, n, max_new, flags);
+  new weights in `state` and new traced settings do not recompile.
+  """
+  model = nnx.merge(graphdef, state)
+  logits_PxV, cache, kv_mask_PxS, positions_P = prefill(
+      model, prompt_ids_PxL, prompt_mask_PxL, max_new, cache_dtype)
+  rep = lambda x: jnp.repeat(x, n, axis=0)
+  return decode(model, key, rep(logits_PxV), jax.tree.map(rep, cache), rep(kv_mask_PxS),
+                rep(positions_P), rep(~prompt_valid_P.astype(bool)),
+                prompt_len=prompt_ids_PxL.shape[1], max_new=max_new, steps=steps,
+                temperature=temperature, top_p=top_p, eos_ids=eos_ids, pad_id=pad_id,
+                greedy=greedy, top_k=top_k, use_top_p=use_top_p)

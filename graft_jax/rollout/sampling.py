@@ -1,0 +1,89 @@
+"""One sampling step: temperature, top-k, top-p, and the log-prob the trainer records.
+
+The recorded log-prob is always that of the *unfiltered* tempered distribution,
+`log_softmax(logits / T)[token]` (`log_softmax(logits)` when greedy). Top-k and
+top-p only choose which tokens may be drawn: they renormalise the draw over the
+kept set but do not change the recorded number, so a filtered sample's
+recorded log-prob is lower than the log-prob under the distribution actually
+drawn from (by log of the kept mass). This matches what `token_logprobs`
+gives for the same tokens at the same temperature.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+_NEG_INF = -jnp.inf
+
+
+def filter_top_k(logits_BxV, top_k: int):
+  """Keeps the `top_k` largest logits per row (ties at the k-th value are kept)."""
+  kth_B1 = jax.lax.top_k(logits_BxV, top_k)[0][:, -1:]
+  return jnp.where(logits_BxV < kth_B1, _NEG_INF, logits_BxV)
+
+
+def filter_top_p(logits_BxV, top_p):
+  """Nucleus filter: the smallest set of most likely tokens whose mass reaches `top_p`.
+
+  A token is kept when the mass strictly before it (in descending order) is
+  below `top_p`, so the most likely token always survives; tokens tied with
+  the last kept logit are kept too.
+  """
+  sorted_BxV = jnp.sort(logits_BxV, axis=-1)[:, ::-1]
+  probs_BxV = jax.nn.softmax(sorted_BxV, axis=-1)
+  mass_before_BxV = jnp.cumsum(probs_BxV, axis=-1) - probs_BxV
+  kept_BxV = mass_before_BxV < top_p
+  threshold_B1 = jnp.min(jnp.where(kept_BxV, sorted_BxV, jnp.inf), axis=-1, keepdims=True)
+  return jnp.where(logits_BxV < threshold_B1, _NEG_INF, logits_BxV)
+
+
+def sample_categorical(key, logits_BxV, *, block: int = 128):
+  """One draw per row from softmax(logits) (-inf = excluded), by two-level inverse CDF.
+
+  `jax.random.categorical` draws V Gumbel variates per row; on CPU that is
+  most of a decode step. This draws one uniform per row: it picks a block of
+  `block` tokens by the cumulative block masses, then a token inside it.
+  """
+  b, v = logits_BxV.shape
+  p_BxV = jnp.exp(logits_BxV - jnp.max(logits_BxV, axis=-1, keepdims=True))
+  p_BxV = jnp.pad(p_BxV, ((0, 0), (0, (-v) % block)))
+  nb = p_BxV.shape[1] // block
+  p_BxNbxK = p_BxV.reshape(b, nb, block)
+  mass_BxNb = p_BxNbxK.sum(axis=-1)
+  cum_BxNb = jnp.cumsum(mass_BxNb, axis=-1)
+  # u in (0, total]: the first block whose cumulative mass reaches u has mass > 0.
+  u_B = (1.0 - jax.random.uniform(key, (b,))) * cum_BxNb[:, -1]
+  blk_B = jnp.minimum(jnp.sum(cum_BxNb < u_B[:, None], axis=-1), nb - 1)
+  take = lambda x_BxN: jnp.take_along_axis(x_BxN, blk_B[:, None], axis=1)[:, 0]
+  rest_B = u_B - (take(cum_BxNb) - take(mass_BxNb))
+  p_BxK = jnp.take_along_axis(p_BxNbxK, blk_B[:, None, None], axis=1)[:, 0]
+  idx_B = jnp.sum(jnp.cumsum(p_BxK, axis=-1) < rest_B[:, None], axis=-1)
+  # Rounding can push `rest` past the block's own sum: fall back to its last
+  # token with mass, never to an excluded one.
+  last_B = block - 1 - jnp.argmax((p_BxK > 0)[:, ::-1], axis=-1)
+  return (blk_B * block + jnp.minimum(idx_B, last_B)).astype(jnp.int32)
+
+
+def sample_step(key, logits_BxV, temperature, top_p, *, greedy: bool, top_k: int,
+                use_top_p: bool):
+  """Returns (token_B int32, logp_B float32) for fp32 logits.
+
+  `greedy`, `top_k` and `use_top_p` are static (they change the compiled
+  program); `temperature` and `top_p` are traced values.
+  """
+  logits_BxV = logits_BxV.astype(jnp.float32)
+  if greedy:
+    token_B = jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
+    logp_BxV = jax.nn.log_softmax(logits_BxV, axis=-1)
+  else:
+    scaled_BxV = logits_BxV / temperature
+    logp_BxV = jax.nn.log_softmax(scaled_BxV, axis=-1)
+    filtered_BxV = scaled_BxV
+    if top_k:
+      filtered_BxV = filter_top_k(filtered_BxV, top_k)
+    if use_top_p:
+      filtered_BxV = filter_top_p(filtered_BxV, top_p)
+    token_B = sample_categorical(key, filtered_BxV)
+  logp_B = jnp.take_along_axis(logp_BxV, token_B[:, None], axis=-1)[:, 0]
+  return token_B, logp_B

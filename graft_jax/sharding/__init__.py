@@ -1,0 +1,8 @@
+"""Mesh (data/fsdp/tensor), logical->physical rules, and placement of NNX states."""
+
+from graft_jax.sharding.mesh import MESH_AXES, MeshConfig, make_mesh
+from graft_jax.sharding.place import batch_sharding, shard_model, state_shardings
+from graft_jax.sharding.rules import DEFAULT_RULES, LogicalRules, ShardingError
+
+__all__ = ["DEFAULT_RULES", "MESH_AXES", "LogicalRules", "MeshConfig", "ShardingError",
+           "batch_sharding", "make_mesh", "shard_model", "state_shardings"]
