@@ -14,7 +14,12 @@ from tests.train.test_trainer_methods import make_cfg
 
 
 def run(workdir, mesh):
-  cfg = make_cfg("graft", workdir, **{"logging.peer_log": False, "checkpoint.resume": False})
+  # AdamW divides each gradient entry by its own RMS + eps; with the default
+  # eps=1e-8 an entry whose gradient is ~1e-8 turns float32 reduction-order
+  # rounding into an update of order lr. eps=1e-6 bounds that amplification,
+  # so the parameters can be compared at 1e-6.
+  cfg = make_cfg("graft", workdir, **{"logging.peer_log": False, "checkpoint.resume": False,
+                                      "optimizer.eps": 1e-6})
   t = Trainer(cfg, tiny_pair.problems(), tiny_pair.make_models(), reward_fn=tiny_pair.contains_reward,
               mesh=mesh)
   metrics = t.run_step()
