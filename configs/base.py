@@ -112,6 +112,8 @@ PRESETS = {
     'delta0': _set(**{'graft.delta': 0.0}),
     'delta0.9': _set(**{'graft.delta': 0.9}),
     'dr_grpo': _set(scale_by_std=False),
+    # Rollouts from vLLM sidecars instead of the JAX sampler (README: vLLM).
+    'vllm': _set(engine='vllm'),
 }
 
 

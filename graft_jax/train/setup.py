@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
+import pathlib
 
 import jax.numpy as jnp
 
@@ -40,7 +43,45 @@ def load_models(cfg) -> dict:
   return out
 
 
+def vllm_engine(cfg, name: str, model, tokenizer):
+  """A vLLM sidecar engine for one policy, set up from ``cfg.vllm``; its files go to
+  ``<workdir>/vllm/<name>``."""
+  from graft_jax.rollout.vllm_engine import VLLMEngine
+  from graft_jax.rollout.vllm_sidecar import SidecarOptions
+
+  v = cfg.vllm
+  opts = {f.name: getattr(v, f.name) for f in dataclasses.fields(SidecarOptions)
+          if hasattr(v, f.name)}
+  opts["max_model_len"] = v.max_model_len or cfg.max_prompt_len + cfg.max_response_len
+  return VLLMEngine(model, eos_ids=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+                    run_dir=pathlib.Path(cfg.workdir, "vllm", name), options=SidecarOptions(**opts),
+                    name=name)
+
+
+def attach_engines(trainer: Trainer, make_engine) -> None:
+  """Swaps each policy's JAX sampler for ``make_engine(name, model, tokenizer)``, built
+  from the current (possibly restored) weights."""
+  for name, p in trainer.policies.items():
+    p.engine = make_engine(name, p.model, p.tokenizer)
+
+
+def ensure_toy_pair_if_named(cfg) -> None:
+  """Builds (or reuses) the embedded toy pair when the config names its default folders."""
+  from graft_jax import toy
+  root = pathlib.Path(toy.DEFAULT_ROOT)
+  wanted = {pathlib.Path(m.path) for m in (cfg.model_a, cfg.model_b) if m.path}
+  if wanted & {root / "model_a", root / "model_b"} and not all(p.exists() for p in wanted):
+    toy.ensure_toy_pair(root)
+
+
 def build_trainer(cfg, *, reward_fn=None) -> Trainer:
-  """Checks paths, then loads everything the run needs."""
+  """Checks paths, then loads everything the run needs (and starts vLLM sidecars if asked).
+
+  A config pointing at the toy pair's folders builds the pair on first use.
+  """
+  ensure_toy_pair_if_named(cfg)
   check_paths(cfg)
-  return Trainer(cfg, load_train_problems(cfg), load_models(cfg), reward_fn=reward_fn)
+  trainer = Trainer(cfg, load_train_problems(cfg), load_models(cfg), reward_fn=reward_fn)
+  if cfg.engine == "vllm":
+    attach_engines(trainer, functools.partial(vllm_engine, cfg))
+  return trainer

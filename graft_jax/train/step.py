@@ -67,6 +67,7 @@ def run_updates(policy, rows, g: int, cfg, key) -> dict:
       out[f"clip_frac_{side}"] = (sums[f"{side}_clipped"] / sums[f"{side}_tokens"]
                                   if sums[f"{side}_tokens"] else float("nan"))
   out["minibatch_updates"] = updates
+  out.update(getattr(policy.engine, "last_sync_metrics", {}))  # vLLM: sync times, probe gap
   return out
 
 

@@ -179,4 +179,7 @@ class Trainer:
     return out
 
   def close(self) -> None:
+    """Closes the checkpointer and every engine that holds a process (vLLM sidecars)."""
     self.checkpointer.close()
+    for p in self.policies.values():
+      getattr(p.engine, "close", lambda: None)()

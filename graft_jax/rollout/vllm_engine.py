@@ -1,0 +1,302 @@
+"""`VLLMEngine`: a `RolloutEngine` backed by a vLLM sidecar, with weight sync and restarts.
+
+Log-prob convention (the same as `JaxSamplerEngine`): `logp_BxL` is
+`log_softmax(logits / T)` of the sampled token, `log_softmax(logits)` when
+greedy (T = 0). The server runs with `--logprobs-mode processed_logprobs`,
+which gives exactly that when top-k and top-p are off (the training
+default). With top-k/top-p on, vLLM reports the log-prob under the filtered,
+renormalised distribution instead; the tokens are still correct.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+import logging
+import os
+import pathlib
+import shutil
+import time
+import weakref
+from typing import Sequence
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from graft_jax.rollout import vllm_sync
+from graft_jax.rollout.types import RolloutBatch, SamplingParams
+from graft_jax.rollout.vllm_sidecar import (SidecarDown, SidecarError, SidecarOptions,
+                                            VLLMSidecar)
+
+log = logging.getLogger(__name__)
+_TMPFS = pathlib.Path("/dev/shm")
+
+
+class WeightSyncError(RuntimeError):
+  """vLLM's log-probs of the probe disagree with the JAX model's."""
+
+
+def default_weights_dir(run_dir) -> pathlib.Path:
+  """A tmpfs folder keyed by `run_dir` when /dev/shm is writable, else `run_dir/weights`.
+
+  Keyed, not random: a folder left by a killed run is reused, not multiplied.
+  """
+  run_dir = pathlib.Path(run_dir).resolve()
+  if _TMPFS.is_dir() and os.access(_TMPFS, os.W_OK):
+    key = hashlib.sha1(str(run_dir).encode()).hexdigest()[:12]
+    return _TMPFS / f"graft_jax-vllm-{key}"
+  return run_dir / "weights"
+
+
+def _request_seeds(seed: int, num: int, n: int) -> list[int]:
+  # vLLM seeds sample j of a request with seed + j; spacing requests by n keeps
+  # every (prompt, sample) stream distinct within a call.
+  base = int.from_bytes(hashlib.sha256(str(seed).encode()).digest()[:4], "little") >> 1
+  return [base + i * n for i in range(num)]
+
+
+def _link_weights(run_dir: pathlib.Path, weights_dir: pathlib.Path) -> None:
+  """`run_dir/weights` points at tmpfs weights, so the run folder shows where they are."""
+  link = run_dir / "weights"
+  if link.resolve() == weights_dir:
+    return
+  run_dir.mkdir(parents=True, exist_ok=True)
+  if link.is_symlink():
+    link.unlink()
+  if not link.exists():
+    link.symlink_to(weights_dir, target_is_directory=True)
+
+
+def _shut_down(sidecar, weights_dir: pathlib.Path) -> None:
+  sidecar.stop()
+  if _TMPFS in weights_dir.parents:
+    shutil.rmtree(weights_dir, ignore_errors=True)
+
+
+class VLLMEngine:
+  """Samples with a vLLM server that serves the current weights of a graft_jax decoder.
+
+  Args:
+    model: the decoder; its weights are written to `weights_dir` and served.
+    eos_ids: token id(s) that end a response (vLLM's own EOS is ignored).
+    pad_id: id written after a response ends.
+    run_dir: the sidecar's folder (server.log, caches).
+    options: how to launch the server.
+    name: the served model name (and the log prefix).
+    weights_dir: where safetensors are written (default: `default_weights_dir`).
+    check_every: run the probe check on sync 1 and every `check_every` syncs
+      (and after every start); 0 checks only after starts.
+    probe_tolerance: largest mean |vLLM - JAX| probe log-prob gap accepted;
+      default 1e-3 when both sides compute in float32, else 0.25.
+    max_restarts: restarts per call before giving up.
+    request_timeout_s: limit for one HTTP request.
+    health_every_s: while waiting, poll /health this often; three misses in a
+      row count as a hung server.
+    max_concurrency: parallel HTTP requests (one per prompt).
+  """
+
+  def __init__(self, model, *, eos_ids: int | Sequence[int], pad_id: int, run_dir,
+               options: SidecarOptions = SidecarOptions(), name: str = "policy",
+               weights_dir=None, check_every: int = 10, probe_tolerance: float | None = None,
+               max_restarts: int = 2, request_timeout_s: float = 3600.0,
+               health_every_s: float = 10.0, max_concurrency: int = 64):
+    self.eos_ids = tuple(int(e) for e in np.atleast_1d(eos_ids))
+    if not self.eos_ids:
+      raise ValueError("VLLMEngine needs at least one EOS id")
+    self.pad_id = int(pad_id)
+    self.options = options
+    self.weights_dir = pathlib.Path(weights_dir or default_weights_dir(run_dir)).resolve()
+    self.check_every = check_every
+    full = options.dtype == "float32" and model.dtype == jnp.float32
+    self.probe_tolerance = probe_tolerance if probe_tolerance is not None else (
+        1e-3 if full else 0.25)
+    self.max_restarts = max_restarts
+    self.request_timeout_s = request_timeout_s
+    self.health_every_s = health_every_s
+    self.max_concurrency = max_concurrency
+    self.graphdef, _ = nnx.split(model)
+    self._model = model
+    self._probe_ids = vllm_sync.probe_ids(model.cfg.vocab_size, length=min(
+        32, options.max_model_len - 2 if options.max_model_len else 32))
+    self.syncs = 0
+    self.restarts = 0
+    self.last_probe: dict[str, float] = {}
+    self._served = False  # a call has succeeded once
+    self.last_sync_metrics: dict[str, float] = {}
+    self._warned_filters = False
+    vllm_sync.write_weights(model, self.weights_dir, options.dtype)
+    _link_weights(pathlib.Path(run_dir), self.weights_dir)
+    self.sidecar = VLLMSidecar(self.weights_dir, run_dir, options, name=name)
+    # Also runs at interpreter exit, for engines nobody closed.
+    self._cleanup = weakref.finalize(self, _shut_down, self.sidecar, self.weights_dir)
+    self.sidecar.start()  # boots while the caller does other work
+
+  @property
+  def name(self) -> str:
+    return self.sidecar.name
+
+  # -- weights -----------------------------------------------------------------
+
+  def set_weights(self, model) -> None:
+    """Serves `model`'s weights (an nnx decoder or its `nnx.State`) from now on.
+
+    Records `last_sync_metrics`: write and reload seconds, restarts so far,
+    and the probe gap when the check ran.
+    """
+    if isinstance(model, nnx.Module):
+      self.graphdef, _ = nnx.split(model)
+    else:
+      model = nnx.merge(self.graphdef, model)
+    self._model = model
+    t0 = time.perf_counter()
+    vllm_sync.write_weights(model, self.weights_dir, self.options.dtype)
+    t1 = time.perf_counter()
+    self._with_restarts(lambda: vllm_sync.reload_weights(
+        self.sidecar, self.weights_dir, timeout=self.request_timeout_s))
+    t2 = time.perf_counter()
+    self.syncs += 1
+    metrics = {"vllm_write_s": t1 - t0, "vllm_reload_s": t2 - t1}
+    if self.syncs == 1 or (self.check_every and self.syncs % self.check_every == 0):
+      metrics.update(self._with_restarts(self._probe))
+    metrics["vllm_restarts"] = self.restarts
+    self.last_sync_metrics = metrics
+
+  def _probe(self) -> dict[str, float]:
+    mean, worst = vllm_sync.probe_gap(self.sidecar, self._model, self._probe_ids)
+    self.last_probe = {"vllm_probe_mean_abs": mean, "vllm_probe_max_abs": worst}
+    if not mean <= self.probe_tolerance:
+      raise WeightSyncError(
+          f"{self.name}: vLLM and JAX disagree on the probe's log-probs (mean |gap| "
+          f"{mean:.3g}, max {worst:.3g} > tolerance {self.probe_tolerance:g}); the served "
+          f"weights are not the trainer's (weights in {self.weights_dir})")
+    return self.last_probe
+
+  # -- sampling ----------------------------------------------------------------
+
+  def generate(self, prompts: Sequence[Sequence[int]], n: int,
+               params: SamplingParams) -> RolloutBatch:
+    """Samples `n` responses per token-id prompt; see `RolloutBatch` for the fields."""
+    if not prompts:
+      raise ValueError("generate: no prompts")
+    if n < 1:
+      raise ValueError(f"generate: n must be >= 1, got {n}")
+    for i, p in enumerate(prompts):
+      if len(p) == 0:
+        raise ValueError(f"generate: prompt {i} is empty")
+    if (params.top_k or params.top_p < 1.0) and params.temperature and not self._warned_filters:
+      self._warned_filters = True
+      log.warning("%s: top-k/top-p on: vLLM reports log-probs of the filtered distribution, "
+                  "not log_softmax(logits / T)", self.name)
+    # vLLM refuses n > 1 when greedy; the n rows would be identical anyway.
+    asked = 1 if params.temperature == 0 else n
+    seeds = _request_seeds(params.seed, len(prompts), asked)
+    bodies = [self._body(p, asked, params, s) for p, s in zip(prompts, seeds)]
+    outs = self._with_restarts(lambda: self._post_all(bodies))
+    return self._to_batch(outs, n, params.max_new_tokens)
+
+  def _body(self, prompt, n: int, params: SamplingParams, seed: int) -> dict:
+    return {
+        "model": self.name, "prompt": [int(t) for t in prompt], "n": n,
+        "max_tokens": params.max_new_tokens, "temperature": params.temperature,
+        "top_p": params.top_p, "top_k": params.top_k, "seed": seed,
+        "logprobs": 0, "return_token_ids": True, "return_tokens_as_token_ids": True,
+        # Stop on our EOS ids only, whatever the checkpoint's config says
+        # (a negative id, which never matches, turns EOS off as in the JAX engine).
+        "stop_token_ids": [e for e in self.eos_ids if e >= 0], "ignore_eos": True,
+    }
+
+  def _post_all(self, bodies: list[dict]) -> list[dict]:
+    """One request per prompt, in parallel; watches the server while they run."""
+    sidecar = self.sidecar
+    pool = cf.ThreadPoolExecutor(max_workers=min(len(bodies), self.max_concurrency))
+    try:
+      futures = [pool.submit(sidecar.post, "/v1/completions", b, timeout=self.request_timeout_s)
+                 for b in bodies]
+      misses = 0
+      while True:
+        done, pending = cf.wait(futures, timeout=self.health_every_s,
+                                return_when=cf.FIRST_EXCEPTION)
+        for f in done:
+          if f.exception() is not None:
+            raise f.exception()
+        if not pending:
+          return [f.result() for f in futures]
+        if not sidecar.alive():
+          raise SidecarDown(f"{self.name}: vLLM process exited mid-request")
+        misses = 0 if sidecar.healthy(timeout=self.health_every_s) else misses + 1
+        if misses >= 3:
+          raise SidecarDown(f"{self.name}: vLLM stopped answering /health")
+    except KeyboardInterrupt:
+      # The request threads would hold the interpreter's exit until vLLM answered.
+      sidecar.stop()
+      raise
+    finally:
+      pool.shutdown(wait=False, cancel_futures=True)
+
+  def _to_batch(self, outs: list[dict], n: int, steps: int) -> RolloutBatch:
+    rows = len(outs) * n
+    tokens = np.full((rows, steps), self.pad_id, np.int32)
+    logp = np.zeros((rows, steps), np.float32)
+    mask = np.zeros((rows, steps), bool)
+    finished = np.zeros(rows, bool)
+    for i, out in enumerate(outs):
+      choices = sorted(out["choices"], key=lambda c: c["index"])
+      if len(choices) == 1:
+        choices = choices * n
+      if len(choices) != n:
+        raise SidecarError(f"{self.name}: asked for {n} samples, got {len(choices)}")
+      for j, c in enumerate(choices):
+        b, ids = i * n + j, c["token_ids"]
+        k = len(ids)
+        tokens[b, :k] = ids
+        logp[b, :k] = c["logprobs"]["token_logprobs"]
+        mask[b, :k] = True
+        finished[b] = k > 0 and ids[-1] in self.eos_ids
+    return RolloutBatch(tokens_BxL=tokens, mask_BxL=mask, logp_BxL=logp, finished_B=finished,
+                        truncated_B=~finished,
+                        prompt_index_B=np.repeat(np.arange(len(outs), dtype=np.int32), n), n=n)
+
+  # -- recovery and shutdown -----------------------------------------------------
+
+  def _with_restarts(self, fn):
+    """Runs `fn` on a ready server; on `SidecarDown`, restarts (current weights) and retries."""
+    failures = 0
+    while True:
+      try:
+        if not self.sidecar.ready:
+          self.sidecar.wait_ready()
+          self._probe()  # a fresh server must serve the trainer's weights
+        result = fn()
+        self._served = True
+        return result
+      except SidecarDown as e:
+        failures += 1
+        if not self._served:
+          # Dying on its first request is a model/config problem (e.g. a head_dim
+          # the attention backend lacks); a restart would only die again.
+          tail = self.sidecar.log_tail()
+          self.sidecar.stop()
+          raise SidecarError(f"{self.name}: vLLM died before serving a request: {e}\n"
+                             f"log {self.sidecar.log_path}:\n{tail}") from e
+        if failures > self.max_restarts:
+          tail = self.sidecar.log_tail()
+          self.sidecar.stop()
+          raise SidecarError(
+              f"{self.name}: vLLM failed {failures} times in one call, giving up "
+              f"(max_restarts={self.max_restarts}); last error: {e}\n"
+              f"log {self.sidecar.log_path}:\n{tail}") from e
+        self.restarts += 1
+        log.warning("%s: %s; restarting vLLM (restart %d)", self.name, e, self.restarts)
+        self.sidecar.stop()
+        self.sidecar.start()
+
+  def close(self) -> None:
+    """Stops the server and removes tmpfs weights; idempotent."""
+    self._cleanup()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()

@@ -1,0 +1,213 @@
+"""VLLMEngine against real vLLM servers on tiny fp32 models: log-probs equal to JAX teacher
+forcing, the RolloutBatch layout, seeding, weight sync, the probe check and kill -9 recovery."""
+
+import os
+import signal
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+from flax import nnx
+
+import vllm_models
+from graft_jax.models import pack_pairs, token_logprobs_jit
+from graft_jax.rollout import JaxSamplerEngine, RolloutEngine, SamplingParams, vllm_sync
+from graft_jax.rollout.vllm_engine import VLLMEngine, WeightSyncError
+from graft_jax.rollout.vllm_sidecar import SidecarDown, SidecarError, group_members
+
+pytestmark = pytest.mark.slow
+TOL = 1e-4
+
+
+def _prompts(tok):
+  return [tok.encode("Say a."), tok.encode("Say 7. 7a"), list(range(3, 40))]
+
+
+def _teacher_forced(model, batch, prompts, pad_id, temperature):
+  rows = range(len(batch.prompt_index_B))
+  packed = pack_pairs([prompts[i] for i in batch.prompt_index_B],
+                      [batch.response_ids(b) for b in rows], pad_id)
+  logp = token_logprobs_jit(model, packed.ids_BxT, packed.attn_mask_BxT,
+                            temperature=temperature or 1.0)
+  return packed.responses(logp)
+
+
+def _assert_matches_jax(model, tok, batch, prompts, temperature):
+  want = _teacher_forced(model, batch, prompts, tok.pad_token_id, temperature)
+  for b, w in enumerate(want):
+    np.testing.assert_allclose(batch.logp_BxL[b, :batch.lengths_B[b]], w, atol=TOL, rtol=0)
+
+
+def _assert_layout(batch, num_prompts, n, steps, eos, pad):
+  rows = num_prompts * n
+  assert batch.tokens_BxL.shape == batch.mask_BxL.shape == batch.logp_BxL.shape == (rows, steps)
+  assert batch.tokens_BxL.dtype == np.int32 and batch.logp_BxL.dtype == np.float32
+  np.testing.assert_array_equal(batch.prompt_index_B, np.repeat(np.arange(num_prompts), n))
+  for b in range(rows):
+    k = batch.lengths_B[b]
+    assert batch.mask_BxL[b, :k].all() and not batch.mask_BxL[b, k:].any()
+    assert (batch.tokens_BxL[b, k:] == pad).all() and (batch.logp_BxL[b, k:] == 0).all()
+    assert (batch.logp_BxL[b, :k] <= 0).all()
+    ends_in_eos = k > 0 and batch.tokens_BxL[b, k - 1] == eos
+    assert batch.finished_B[b] == ends_in_eos and batch.truncated_B[b] == (not ends_in_eos)
+    assert eos not in batch.tokens_BxL[b, :k - 1]
+    assert batch.finished_B[b] or k == steps
+
+
+def test_is_a_rollout_engine(vllm_pair):
+  assert isinstance(vllm_pair["a"][0], RolloutEngine)
+
+
+def test_started_servers_pass_the_probe(vllm_pair):
+  """The first call waits for the server, then checks it serves the JAX weights."""
+  for engine, _, _ in vllm_pair.values():
+    engine.generate([[5, 6]], 1, SamplingParams(max_new_tokens=1))
+    assert engine.last_probe["vllm_probe_max_abs"] < TOL
+
+
+@pytest.mark.parametrize("key", ["a", "b"])
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
+def test_logprobs_equal_jax_teacher_forcing(vllm_pair, key, temperature):
+  """log_softmax(logits / T) of each sampled token, as JaxSamplerEngine reports it."""
+  engine, model, tok = vllm_pair[key]
+  prompts = _prompts(tok)
+  batch = engine.generate(prompts, 4, SamplingParams(max_new_tokens=24,
+                                                     temperature=temperature, seed=5))
+  _assert_layout(batch, len(prompts), 4, 24, tok.eos_token_id, tok.pad_token_id)
+  _assert_matches_jax(model, tok, batch, prompts, temperature)
+  if temperature == 0:  # greedy rows of a prompt are one and the same
+    assert (batch.tokens_BxL.reshape(len(prompts), 4, -1) == batch.tokens_BxL[::4, None]).all()
+
+
+def test_greedy_and_stop_ids_match_the_jax_sampler(vllm_pair, monkeypatch):
+  """Greedy tokens equal JaxSamplerEngine's; a response ends at (and keeps) its EOS id."""
+  engine, model, tok = vllm_pair["b"]
+  prompts = _prompts(tok)
+  greedy = SamplingParams(max_new_tokens=12, temperature=0.0)
+  free = engine.generate(prompts, 1, greedy)
+  stop = int(free.tokens_BxL[0, 4])  # make a token the model emits an EOS id
+  eos = (tok.eos_token_id, stop)
+  monkeypatch.setattr(engine, "eos_ids", eos)
+  batch = engine.generate(prompts, 2, greedy)
+  jax_batch = JaxSamplerEngine(model, eos_ids=eos, pad_id=tok.pad_token_id).generate(
+      prompts, 2, greedy)
+  np.testing.assert_array_equal(batch.tokens_BxL, jax_batch.tokens_BxL)
+  np.testing.assert_array_equal(batch.finished_B, jax_batch.finished_B)
+  np.testing.assert_allclose(batch.logp_BxL, jax_batch.logp_BxL, atol=TOL)
+  first = list(free.tokens_BxL[0]).index(stop) + 1
+  assert batch.finished_B[0] and batch.lengths_B[0] == first
+  assert batch.tokens_BxL[0, first - 1] == stop and not batch.mask_BxL[0, first:].any()
+
+
+def test_seeded_batch_larger_than_one_step(vllm_pair):
+  """More prompt tokens than one engine step takes (the CPU build must not chunk them)."""
+  engine, model, tok = vllm_pair["a"]
+  prompts = [list(range(3 + i, 43 + i)) for i in range(64)]  # 64 x 4 x 40 > 4096 tokens
+  batch = engine.generate(prompts, 4, SamplingParams(max_new_tokens=4, seed=2))
+  _assert_layout(batch, 64, 4, 4, tok.eos_token_id, tok.pad_token_id)
+  _assert_matches_jax(model, tok, batch, prompts, 1.0)
+
+
+def test_seeded_calls_repeat_and_rows_differ(vllm_pair):
+  engine, _, tok = vllm_pair["b"]
+  same = [tok.encode("Say b.")] * 2  # one prompt twice: its rows must still differ
+  params = SamplingParams(max_new_tokens=16, seed=11)
+  first, again = engine.generate(same, 3, params), engine.generate(same, 3, params)
+  np.testing.assert_array_equal(first.tokens_BxL, again.tokens_BxL)
+  np.testing.assert_allclose(first.logp_BxL, again.logp_BxL, atol=1e-6)
+  rows = {tuple(r) for r in first.tokens_BxL}
+  assert len(rows) == 6
+  other = engine.generate(same, 3, SamplingParams(max_new_tokens=16, seed=12))
+  assert not np.array_equal(first.tokens_BxL, other.tokens_BxL)
+
+
+@pytest.mark.parametrize("key", ["a", "b"])  # b ties its embeddings
+def test_weight_update_is_served(vllm_pair, key):
+  engine, model, tok = vllm_pair[key]
+  new_model = vllm_models.make_pair(seed=7)[key][0]
+  _, new_state = nnx.split(new_model)
+  prompts = _prompts(tok)
+  params = SamplingParams(max_new_tokens=20, seed=3)
+  try:
+    engine.set_weights(new_state)  # what Policy.set_params passes
+    m = engine.last_sync_metrics
+    assert m["vllm_write_s"] > 0 and m["vllm_reload_s"] > 0 and m["vllm_restarts"] >= 0
+    assert m["vllm_probe_max_abs"] < TOL
+    batch = engine.generate(prompts, 3, params)
+    _assert_matches_jax(new_model, tok, batch, prompts, 1.0)
+    old = _teacher_forced(model, batch, prompts, tok.pad_token_id, 1.0)
+    assert max(np.abs(batch.logp_BxL[b, :len(o)] - o).max() for b, o in enumerate(old)) > 0.1
+  finally:
+    engine.set_weights(model)
+  _assert_matches_jax(model, tok, engine.generate(prompts, 3, params), prompts, 1.0)
+
+
+def test_a_sync_that_does_not_reach_vllm_fails_the_probe(vllm_pair, monkeypatch):
+  engine, model, _ = vllm_pair["a"]
+  new_state = nnx.split(vllm_models.make_pair(seed=8)["a"][0])[1]
+  monkeypatch.setattr(vllm_sync, "reload_weights", lambda *a, **k: None)
+  try:
+    with pytest.raises(WeightSyncError, match="disagree"):
+      engine.set_weights(new_state)
+  finally:
+    monkeypatch.undo()
+    engine.set_weights(model)
+  assert engine.last_sync_metrics["vllm_probe_max_abs"] < TOL
+
+
+def _child_of(pid: int) -> int:
+  for p in group_members(pid):
+    with open(f"/proc/{p}/stat") as f:
+      if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+        return p
+  raise AssertionError(f"no child of {pid}")
+
+
+def _running_requests(engine) -> float:
+  with urllib.request.urlopen(engine.sidecar.url + "/metrics", timeout=10) as r:
+    text = r.read().decode()
+  return sum(float(line.split()[-1]) for line in text.splitlines()
+             if line.startswith("vllm:num_requests_running"))
+
+
+def test_kill_9_mid_rollout_restarts_and_completes(vllm_pair):
+  engine, model, tok = vllm_pair["a"]
+  prompts = [tok.encode(f"Say {c}.") for c in "abcdefgh"]
+  params = SamplingParams(max_new_tokens=200, seed=21)
+  engine.generate(prompts[:1], 1, params)  # a server that has served once
+  restarts, old_pgid = engine.restarts, engine.sidecar.pgid()
+  result = {}
+  worker = threading.Thread(target=lambda: result.update(batch=engine.generate(prompts, 4, params)))
+  worker.start()
+  deadline = time.monotonic() + 60
+  while _running_requests(engine) < 1 and time.monotonic() < deadline:
+    time.sleep(0.05)
+  os.kill(_child_of(old_pgid), signal.SIGKILL)  # the API server, not the watchdog
+  worker.join(timeout=600)
+  assert not worker.is_alive() and "batch" in result
+  assert engine.restarts == restarts + 1 and engine.sidecar.pgid() != old_pgid
+  assert not group_members(old_pgid)
+  batch = result["batch"]
+  _assert_layout(batch, len(prompts), 4, 200, tok.eos_token_id, tok.pad_token_id)
+  _assert_matches_jax(model, tok, batch, prompts, 1.0)
+  # Seeded, so the retried rollout is the one an undisturbed server gives.
+  np.testing.assert_array_equal(batch.tokens_BxL, engine.generate(prompts, 4, params).tokens_BxL)
+
+
+def test_gives_up_after_max_restarts(tmp_path):
+  """Bounded retries, then a clear error with the log tail (no server needed)."""
+  class Down:
+    name, ready, log_path, starts = "x", True, tmp_path / "server.log", 0
+    def stop(self): pass
+    def start(self): Down.starts += 1
+    def wait_ready(self): pass
+    def log_tail(self): return "EngineCore died: out of memory"
+  engine = object.__new__(VLLMEngine)
+  engine.sidecar, engine.max_restarts, engine.restarts, engine._served = Down(), 2, 0, True
+  def fail():
+    raise SidecarDown("connection reset")
+  with pytest.raises(SidecarError, match="failed 3 times") as e:
+    engine._with_restarts(fail)
+  assert "out of memory" in str(e.value) and Down.starts == 2 and engine.restarts == 2
