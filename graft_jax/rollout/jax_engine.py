@@ -15,7 +15,7 @@ import numpy as np
 from flax import nnx
 
 from graft_jax.rollout.sampler import generate_padded
-from graft_jax.rollout.types import RolloutBatch, SamplingParams
+from graft_jax.rollout.types import RolloutBatch, SamplingParams, check_generate_args
 
 
 def bucket(size: int, minimum: int) -> int:
@@ -67,13 +67,7 @@ class JaxSamplerEngine:
   def generate(self, prompts: Sequence[Sequence[int]], n: int,
                params: SamplingParams) -> RolloutBatch:
     """Samples `n` responses per token-id prompt; see `RolloutBatch` for the fields."""
-    if not prompts:
-      raise ValueError("generate: no prompts")
-    if n < 1:
-      raise ValueError(f"generate: n must be >= 1, got {n}")
-    for i, p in enumerate(prompts):
-      if len(p) == 0:
-        raise ValueError(f"generate: prompt {i} is empty")
+    check_generate_args(prompts, n)
     num = len(prompts)
     p_bucket = bucket(num, self.min_batch_bucket)
     l_bucket = bucket(max(len(p) for p in prompts), self.min_prompt_bucket)

@@ -72,6 +72,17 @@ class RolloutBatch:
     return self.tokens_BxL[b, : int(self.mask_BxL[b].sum())].tolist()
 
 
+def check_generate_args(prompts: Sequence[Sequence[int]], n: int) -> None:
+  """The argument checks every engine's ``generate`` starts with."""
+  if not prompts:
+    raise ValueError("generate: no prompts")
+  if n < 1:
+    raise ValueError(f"generate: n must be >= 1, got {n}")
+  for i, p in enumerate(prompts):
+    if len(p) == 0:
+      raise ValueError(f"generate: prompt {i} is empty")
+
+
 @runtime_checkable
 class RolloutEngine(Protocol):
   """Anything that samples ``n`` responses per prompt from one policy."""

@@ -25,7 +25,7 @@ import numpy as np
 from flax import nnx
 
 from graft_jax.rollout import vllm_sync
-from graft_jax.rollout.types import RolloutBatch, SamplingParams
+from graft_jax.rollout.types import RolloutBatch, SamplingParams, check_generate_args
 from graft_jax.rollout.vllm_sidecar import (SidecarDown, SidecarError, SidecarOptions,
                                             VLLMSidecar)
 
@@ -177,13 +177,7 @@ class VLLMEngine:
   def generate(self, prompts: Sequence[Sequence[int]], n: int,
                params: SamplingParams) -> RolloutBatch:
     """Samples `n` responses per token-id prompt; see `RolloutBatch` for the fields."""
-    if not prompts:
-      raise ValueError("generate: no prompts")
-    if n < 1:
-      raise ValueError(f"generate: n must be >= 1, got {n}")
-    for i, p in enumerate(prompts):
-      if len(p) == 0:
-        raise ValueError(f"generate: prompt {i} is empty")
+    check_generate_args(prompts, n)
     if (params.top_k or params.top_p < 1.0) and params.temperature and not self._warned_filters:
       self._warned_filters = True
       log.warning("%s: top-k/top-p on: vLLM reports log-probs of the filtered distribution, "
