@@ -96,15 +96,17 @@ def default_config(seed: int = 0) -> ToyPairConfig:
   """The embedded default's pair (under a minute of CPU per model).
 
   B also sees the one-digit times table, which lifts its two-digit products.
+  Heads are 32 wide: vLLM's CPU attention backend refuses head_dim 16, and the
+  pair must also serve from vLLM sidecars (`configs/toy.py:vllm`).
   """
   a = ToyModelSpec(
       name="toy_a", model_type="qwen3", vocab_size=300, hidden_size=64,
-      intermediate_size=192, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
+      intermediate_size=192, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32,
       mixture=(("add", 1500, 2), ("sub", 1500, 2), ("mul", 40, 2)),
       sft=SFTConfig(steps=1100, batch_size=32, lr=3e-3))
   b = ToyModelSpec(
       name="toy_b", model_type="smollm3", vocab_size=256, hidden_size=96,
-      intermediate_size=192, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=16,
+      intermediate_size=192, num_layers=4, num_heads=3, num_kv_heads=1, head_dim=32,
       no_rope_layers=(1, 1, 1, 0),
       mixture=(("mul", 800, 2), ("mul", 100, 1), ("add", 150, 2), ("sub", 150, 2)),
       sft=SFTConfig(steps=900, batch_size=32, lr=5e-3, weight_decay=0.1))
