@@ -295,9 +295,16 @@ class VLLMSidecar:
                     self.options.stop_grace_s)
         _signal_group(pgid, signal.SIGKILL)
       proc.wait()
-      deadline = time.monotonic() + 5.0
+      # After SIGKILL only the kernel's tear-down is left; a multi-GB server on a
+      # busy machine can take seconds to exit, so wait for it rather than return
+      # with the processes still alive.
+      deadline = time.monotonic() + 60.0
       while group_members(pgid) and time.monotonic() < deadline:
-        time.sleep(0.1)
+        _signal_group(pgid, signal.SIGKILL)
+        time.sleep(0.2)
+      if group_members(pgid):
+        log.error("%s: vLLM processes %s survived SIGKILL for 60 s", self.name,
+                  group_members(pgid))
       for path in self._shm:
         pathlib.Path(path).unlink(missing_ok=True)
       self._shm = set()

@@ -179,7 +179,6 @@ class Trainer:
     return out
 
   def close(self) -> None:
-    """Closes the checkpointer and every engine that holds a process (vLLM sidecars)."""
+    """Closes the checkpointer. Engines belong to whoever built them (vLLM sidecars stop
+    when their engine is closed, and at interpreter exit)."""
     self.checkpointer.close()
-    for p in self.policies.values():
-      getattr(p.engine, "close", lambda: None)()
