@@ -9,7 +9,7 @@ import numpy as np
 
 from graft_jax import core
 from graft_jax.rollout import RolloutBatch, SamplingParams
-from graft_jax.train.scoring import score_rows
+from graft_jax.train.scoring import mean_or_nan, score_rows
 
 
 @dataclasses.dataclass
@@ -41,7 +41,7 @@ class Rollout:
 
   @property
   def old_mean_logp_B(self) -> np.ndarray:
-    return np.array([float(np.mean(x)) if len(x) else np.nan for x in self.old_logp], np.float32)
+    return np.array([mean_or_nan(x) for x in self.old_logp], np.float32)
 
 
 def sampling_params(cfg, seed: int) -> SamplingParams:
@@ -63,7 +63,7 @@ def rollout_from_batch(policy, problems, batch: RolloutBatch, prompt_ids, reward
   rewards_GxN = np.asarray(rewards, np.float32).reshape(g, n)
   adv_GxN = np.asarray(core.group_advantages(rewards_GxN, scale_by_std=cfg.scale_by_std))
   gen_logp = [batch.logp_BxL[b, :len(response_ids[b])] for b in range(g * n)]
-  gen_mean = np.array([float(np.mean(x)) if len(x) else np.nan for x in gen_logp], np.float32)
+  gen_mean = np.array([mean_or_nan(x) for x in gen_logp], np.float32)
   t0 = time.perf_counter()
   if old_logp is None:
     if cfg.old_logp_source == "sampler":

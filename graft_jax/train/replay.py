@@ -7,6 +7,7 @@ import numpy as np
 from graft_jax import core
 from graft_jax.rollout import RolloutBatch
 from graft_jax.train.collect import Rollout
+from graft_jax.train.scoring import mean_or_nan
 
 
 class ReplaySource:
@@ -60,6 +61,6 @@ class ReplaySource:
     batch = RolloutBatch(tok, mask, lp, fin, ~fin & mask.any(1),
                          np.repeat(np.arange(len(problems), dtype=np.int32), n), n)
     adv = np.asarray(core.group_advantages(rewards_GxN, scale_by_std=self.cfg.scale_by_std))
-    gen_mean = np.array([float(np.mean(l)) if len(l) else np.nan for l in logps], np.float32)
+    gen_mean = np.array([mean_or_nan(l) for l in logps], np.float32)
     return Rollout(self.name, batch, None, ids, texts, rewards_GxN, adv,
                    [np.asarray(l, np.float32) for l in logps], gen_mean, stats)
