@@ -27,7 +27,7 @@ def get_config(arg=None):
   c.hacpo.minibatch_prompts = 8  # same 2 updates per step as the paper's 64/128
   c.total_steps = 24
   c.max_prompt_len = 32
-  c.max_response_len = 32
+  c.max_response_len = 48
   # Tiny randomly initialised models need a far larger step than 1e-6.
   c.optimizer.lr = 1e-4
   c.dtype = 'float32'  # bf16 matmuls are slow on CPU

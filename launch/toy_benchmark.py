@@ -1,11 +1,13 @@
 """The toy reproduction benchmark: every method, several seeds, both directions -> RESULTS.md.
 
-  python launch/toy_benchmark.py [--seeds 0 1 2] [--steps 24] [--out runs/toy_benchmark]
+  python launch/toy_benchmark.py [--seeds 0 1 2] [--steps 24] [--jobs 1] [--out runs/toy_benchmark]
 
-A script, not a test: it takes about an hour on 2 CPU cores.
+A script, not a test. Cells (seed x method) are independent: `--jobs N` runs N
+at a time as subprocesses, and a rerun skips the cells already finished.
 """
 
 import argparse
+import json
 import logging
 import pathlib
 import sys
@@ -19,19 +21,38 @@ def main():
   parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
   parser.add_argument("--steps", type=int, default=24)
   parser.add_argument("--eval-k", type=int, default=4)
+  parser.add_argument("--jobs", type=int, default=1, help="cells run at a time (subprocesses)")
   parser.add_argument("--out", default="runs/toy_benchmark")
   parser.add_argument("--results", default="RESULTS.md")
+  parser.add_argument("--machine", default="", help="a line on where it ran, for RESULTS.md")
   parser.add_argument("--only", nargs="*", help="method labels to run (default: all)")
+  parser.add_argument("--smoke", action="store_true", help="tiny pair, tiny steps (tests)")
+  parser.add_argument("--cell", help=argparse.SUPPRESS)  # one cell, as JSON (subprocess mode)
   args = parser.parse_args()
   logging.basicConfig(level=logging.INFO, format="%(message)s")
   for noisy in ("jax", "absl", "orbax"):
     logging.getLogger(noisy).setLevel(logging.WARNING)
-  pair_cfg = toy.default_config(0)
-  pair = toy.ensure_toy_pair(toy.DEFAULT_ROOT, pair_cfg)
+  out = pathlib.Path(args.out)
+  pair_cfg = toy.tiny_config(0) if args.smoke else toy.default_config(0)
+  pair = toy.ensure_toy_pair(out / "toy_pair" if args.smoke else toy.DEFAULT_ROOT, pair_cfg)
+  run_here = lambda cell: toy_benchmark.run_cell(
+      cell, pair, pair_cfg, out, steps=args.steps, eval_k=args.eval_k,
+      overrides=toy_benchmark.smoke_overrides(pair_cfg) if args.smoke else None,
+      num_problems=64 if args.smoke else 1536)
+  if args.cell:
+    run_here(toy_benchmark.Cell(**json.loads(args.cell)))
+    return
   methods = {k: v for k, v in toy_benchmark.METHODS.items() if not args.only or k in args.only}
-  res = toy_benchmark.run_benchmark(pair, pair_cfg, args.out, seeds=args.seeds, steps=args.steps,
-                                    eval_k=args.eval_k, methods=methods)
-  text = toy_benchmark.results_markdown(res, "python " + " ".join(sys.argv))
+  cells = toy_benchmark.plan_cells(args.seeds, methods)
+  results = toy_benchmark.run_cells(
+      cells, args.out, steps=args.steps, eval_k=args.eval_k, jobs=args.jobs, run_here=run_here,
+      cell_argv=toy_benchmark.default_cell_argv(__file__, out, steps=args.steps,
+                                                eval_k=args.eval_k,
+                                                extra=["--smoke"] if args.smoke else []))
+  names = [m["name"] for m in pair.record["models"]]
+  res = toy_benchmark.aggregate(cells, results, names, steps=args.steps, eval_k=args.eval_k)
+  (out / "benchmark.json").write_text(json.dumps(res, indent=1))
+  text = toy_benchmark.results_markdown(res, "python " + " ".join(sys.argv), args.machine)
   pathlib.Path(args.results).write_text(text)
   print(text)
 

@@ -5,10 +5,11 @@ its text, and two toy models can be taught disjoint skills), a generator with
 a difficulty knob 1..5, and a sympy reference solver that re-derives the
 answer from the problem *text*, independently of the generator's arithmetic.
 
-Formats (difficulty 2 shown):
-  add      Compute 47+38.              47+38=85. \\boxed{85}
-  sub      Compute 93-58.              93-58=35. \\boxed{35}
-  mul      Compute 23*7.               23*7=161. \\boxed{161}
+Worked solutions split the numbers by place value, so each step is a small
+table lookup and the model need not carry in one shot. Formats (difficulty 2):
+  add      Compute 47+38.              47+38=40+30+7+8=70+15=85. \\boxed{85}
+  sub      Compute 93-58.              93-58=90-50+3-8=40-5=35. \\boxed{35}
+  mul      Compute 23*7.               23*7=20*7+3*7=140+21=161. \\boxed{161}
   lin      Solve 3x+5=20.              3x=20-5=15. x=15/3=5. \\boxed{5}
   mod      Compute 347 mod 9.          347=38*9+5. \\boxed{5}
   fracadd  Compute 1/3+1/6.            1/3+1/6=2/6+1/6=3/6=1/2. \\boxed{1/2}
@@ -49,22 +50,43 @@ def _frac_str(x: fractions.Fraction) -> str:
   return str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
 
 
+def _tens(x: int) -> tuple[int, int]:
+  """x as (tens part, units), e.g. 47 -> (40, 7), -47 -> (-40, -7)."""
+  units = int(math.copysign(abs(x) % 10, x))
+  return x - units, units
+
+
 def _gen_add(rng, d):
   a, b = _digits(rng, d), _digits(rng, d)
-  return f"Compute {a}+{b}.", str(a + b), f"{a}+{b}={a + b}. \\boxed{{{a + b}}}"
+  work = f"{a}+{b}="
+  if max(a, b) >= 10:
+    (a1, a0), (b1, b0) = _tens(a), _tens(b)
+    work += f"{a1}+{b1}+{a0}+{b0}={a1 + b1}+{a0 + b0}="
+  return f"Compute {a}+{b}.", str(a + b), f"{work}{a + b}. \\boxed{{{a + b}}}"
 
 
 def _gen_sub(rng, d):
   a, b = _digits(rng, d), _digits(rng, d)
   if d <= 2 and a < b:  # negative results only from difficulty 3 on
     a, b = b, a
-  return f"Compute {a}-{b}.", str(a - b), f"{a}-{b}={a - b}. \\boxed{{{a - b}}}"
+  work = f"{a}-{b}="
+  if max(a, b) >= 10:
+    (a1, a0), (b1, b0) = _tens(a), _tens(b)
+    work += f"{a1}-{b1}+{a0}-{b0}={a1 - b1}{_signed(a0 - b0)}="
+  return f"Compute {a}-{b}.", str(a - b), f"{work}{a - b}. \\boxed{{{a - b}}}"
 
 
 def _gen_mul(rng, d):
   da, db = _MUL_DIGITS[d]
   a, b = _digits(rng, da), _digits(rng, db)
-  return f"Compute {a}*{b}.", str(a * b), f"{a}*{b}={a * b}. \\boxed{{{a * b}}}"
+  work = f"{a}*{b}="
+  if db == 1 and a >= 10:
+    a1, a0 = _tens(a)
+    work += f"{a1}*{b}+{a0}*{b}={a1 * b}+{a0 * b}="
+  elif db > 1:
+    b1, b0 = _tens(b)
+    work += f"{a}*{b1}+{a}*{b0}={a * b1}+{a * b0}="
+  return f"Compute {a}*{b}.", str(a * b), f"{work}{a * b}. \\boxed{{{a * b}}}"
 
 
 def _signed(b: int) -> str:

@@ -1,15 +1,26 @@
 """Every method on the toy pair at the same step budget, several seeds, both directions.
 
+The benchmark is a list of independent *cells* (seed, method). Each cell trains
+from the pair's initial weights, evaluates on the held-out problems, and writes
+``cell.json`` in its own workdir, so cells can run in parallel processes
+(``run_cells`` with ``jobs > 1``) and a rerun skips the finished ones. Replay
+cells train one model per direction from the same seed's GRPO (n=8) peer logs
+(the paper's stored-log setting), so they wait for that cell.
+
 Each cell of ``RESULTS.md`` is held-out pass@1 (mean ± std over seeds) of the
-updated model. Replay runs one way per direction, from the same seed's GRPO
-(n=8) run's peer logs, as the paper's stored-log setting.
+updated model; the diagnostics table carries the exchange figures the issue
+asks about (admission, complementarity, gate scores, re-tokenization drops).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import os
 import pathlib
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -22,7 +33,7 @@ from graft_jax.train.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
-# label -> toy.py presets; replay rows are added per direction.
+# label -> toy.py presets. Replay cells (one per direction) are added per seed.
 METHODS = {
     "GRPO n=8": "grpo8", "GRPO n=16": "grpo16", "GRPO n=32": "grpo32", "GRAFT": "graft",
     "HACPO": "hacpo", "SGT": "sgt",
@@ -30,93 +41,262 @@ METHODS = {
     "pooled adv.": "graft,pooled", "peer-first": "graft,peer_first", "uniform order": "graft,uniform",
     "sequence ratio": "graft,sequence_ratio", "delta=0": "graft,delta0", "delta=0.9": "graft,delta0.9",
 }
+REPLAY = "stored-log replay"
+# Mean over steps of these per-model metrics go to the diagnostics table.
+DIAGNOSTICS = ("exchange/candidates", "exchange/grafted_groups", "exchange/peer_offered",
+               "exchange/admitted", "exchange/complementarity", "exchange/s_p50",
+               "exchange/dropped_empty", "exchange/dropped_nonfinite", "update/clip_frac_graft",
+               "update/clip_frac_own", "all_fail", "reward_mean")
 
 
-def _config(presets: str, workdir, seed: int, steps: int, pair, swap: bool = False, **fields):
-  cd = config_lib.load_config(f"configs/toy.py:{presets}")
+@dataclasses.dataclass(frozen=True)
+class Cell:
+  """One training run of the benchmark."""
+
+  seed: int
+  label: str
+  presets: str
+  swap: bool = False        # replay: the second model is the trained one
+  needs: str | None = None  # slug of the cell whose peer logs it replays
+
+  @property
+  def slug(self) -> str:
+    if self.label == REPLAY:
+      return f"s{self.seed}/replay_{int(self.swap)}"
+    return f"s{self.seed}/{self.presets.replace(',', '_')}"
+
+
+def plan_cells(seeds, methods=None) -> list[Cell]:
+  """Every (seed, method) cell, plus two replay cells per seed when GRPO n=8 is in the plan."""
+  methods = METHODS if methods is None else methods
+  cells = []
+  for seed in seeds:
+    for label, presets in methods.items():
+      cells.append(Cell(seed, label, presets))
+    if "GRPO n=8" in methods:
+      grpo = Cell(seed, "GRPO n=8", methods["GRPO n=8"]).slug
+      cells += [Cell(seed, REPLAY, "replay", swap=s, needs=grpo) for s in (False, True)]
+  return cells
+
+
+def cell_config(cell: Cell, out_dir, steps: int, pair, overrides=None):
+  """The cell's ``TrainConfig``: toy.py with its presets, its seed and the step budget."""
+  cd = config_lib.load_config(f"configs/toy.py:{cell.presets}")
   with cd.unlocked():
-    cd.workdir, cd.seed, cd.total_steps = str(workdir), seed, steps
+    cd.workdir, cd.seed, cd.total_steps = str(pathlib.Path(out_dir) / cell.slug), cell.seed, steps
     cd.checkpoint.resume = False
     cd.logging.progress_bar = False
-    a, b = (pair.model_b, pair.model_a) if swap else (pair.model_a, pair.model_b)
-    na, nb = (cd.model_b.name, cd.model_a.name) if swap else (cd.model_a.name, cd.model_b.name)
+    a, b = (pair.model_b, pair.model_a) if cell.swap else (pair.model_a, pair.model_b)
+    na, nb = (cd.model_b.name, cd.model_a.name) if cell.swap else (cd.model_a.name, cd.model_b.name)
     cd.model_a.update(dict(path=str(a), name=na))
     cd.model_b.update(dict(path=str(b), name=nb))
-    for key, value in fields.items():
-      section, _, leaf = key.partition(".")
-      cd[section][leaf] = value
+    if cell.needs:
+      cd.replay.log_dir = str(pathlib.Path(out_dir) / cell.needs / "peer_logs")
+    if overrides is not None:
+      overrides(cd)
   return config_lib.from_config_dict(cd)
 
 
-def _train(cfg, problems, pair_cfg, eval_k: int, seed: int) -> dict:
+def cell_path(cell: Cell, out_dir) -> pathlib.Path:
+  return pathlib.Path(out_dir) / cell.slug / "cell.json"
+
+
+def run_cell(cell: Cell, pair, pair_cfg, out_dir, *, steps: int, eval_k: int,
+             overrides=None, num_problems: int = 1536) -> dict:
+  """Trains and evaluates one cell in this process; writes and returns its ``cell.json``.
+
+  ``overrides(config_dict)`` may edit the cell's ConfigDict before validation
+  (the smoke run shrinks the step).
+  """
+  t0 = time.perf_counter()
+  cfg = cell_config(cell, out_dir, steps, pair, overrides)
   models = {}
   for m in (cfg.model_a, cfg.model_b):
-    if cfg.method == "replay" and m is cfg.model_b:
-      models[m.name] = (None, None)
-    else:
-      models[m.name] = (load_hf(m.path)[0], load_tokenizer(m.path))
+    replayed = cfg.method == "replay" and m is cfg.model_b
+    models[m.name] = (None, None) if replayed else (load_hf(m.path)[0], load_tokenizer(m.path))
+  problems = toy_compare.train_problems(pair_cfg, num_problems, cell.seed)
   trainer = Trainer(cfg, problems, models)
   try:
     trainer.run()
   finally:
     trainer.close()
   trained = {n: (p.model, p.tokenizer) for n, p in trainer.policies.items()}
-  evals = toy_compare.evaluate_models(trained, pair_cfg, k=eval_k, seed=seed)
+  evals = toy_compare.evaluate_models(trained, pair_cfg, k=eval_k, seed=cell.seed)
   records = read_jsonl(pathlib.Path(cfg.workdir) / "metrics.jsonl")
-  diag = {}
+  diagnostics = {}
   for n in trained:
-    for key in ("exchange/admitted", "exchange/peer_offered", "exchange/grafted_groups",
-                "exchange/complementarity", "exchange/s_p50", "exchange/dropped_empty"):
-      vals = [r.get(f"{n}/{key}") for r in records if r.get(f"{n}/{key}") is not None]
+    for key in DIAGNOSTICS:
+      vals = [r[f"{n}/{key}"] for r in records
+              if r.get(f"{n}/{key}") is not None and np.isfinite(r[f"{n}/{key}"])]
       if vals:
-        diag[f"{n}/{key}"] = float(np.mean(vals))
-  return {"pass1": {n: evals[n]["average"] for n in trained}, "diagnostics": diag}
+        diagnostics[f"{n}/{key}"] = float(np.mean(vals))
+  out = {"cell": dataclasses.asdict(cell), "steps": steps, "eval_k": eval_k,
+         "pass1": {n: evals[n]["average"] for n in trained},
+         "pass1_groups": {n: evals[n]["pass1"] for n in trained},
+         "diagnostics": diagnostics, "seconds": time.perf_counter() - t0}
+  path = cell_path(cell, out_dir)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(json.dumps(out, indent=1))
+  return out
 
 
-def run_benchmark(pair, pair_cfg, out_dir, *, seeds, steps: int, eval_k: int,
-                  methods=None) -> dict:
-  """Runs every method for every seed; returns {label: {model: [pass@1 per seed]}} plus diagnostics."""
-  out_dir = pathlib.Path(out_dir)
-  names = [m["name"] for m in pair.record["models"]]
-  methods = methods or METHODS
-  cells: dict = {}
+def load_cell(cell: Cell, out_dir, *, steps: int, eval_k: int) -> dict | None:
+  """A finished cell's result, if one exists for the same step budget and eval k."""
+  path = cell_path(cell, out_dir)
+  if not path.exists():
+    return None
+  res = json.loads(path.read_text())
+  return res if (res.get("steps"), res.get("eval_k")) == (steps, eval_k) else None
+
+
+def run_cells(cells, out_dir, *, steps: int, eval_k: int, jobs: int, cell_argv,
+              run_here=None, poll_s: float = 2.0) -> dict:
+  """Runs every unfinished cell, ``jobs`` at a time; returns ``{slug: result}``.
+
+  With ``jobs == 1`` each cell runs in this process through ``run_here(cell)``;
+  otherwise each runs as the subprocess ``cell_argv(cell)`` (its log goes to
+  ``<workdir>/cell.log``). A cell starts only after the cell it ``needs``.
+  A failed cell is logged and left out; the rest go on.
+  """
+  results = {c.slug: r for c in cells
+             if (r := load_cell(c, out_dir, steps=steps, eval_k=eval_k)) is not None}
+  pending = [c for c in cells if c.slug not in results]
+  planned = {c.slug for c in cells}
+  failed: set[str] = {c.needs for c in pending
+                      if c.needs and c.needs not in planned and c.needs not in results}
+  if results:
+    log.info("%d cells already done, %d to run", len(results), len(pending))
+  running: dict[str, tuple] = {}
+  while pending or running:
+    for slug, (cell, proc, t0) in list(running.items()):
+      if proc.poll() is None:
+        continue
+      del running[slug]
+      res = load_cell(cell, out_dir, steps=steps, eval_k=eval_k)
+      if proc.returncode == 0 and res is not None:
+        results[slug] = res
+        log.info("%s done in %.0fs: %s", slug, time.perf_counter() - t0, res["pass1"])
+      else:
+        failed.add(slug)
+        log.error("%s failed (exit %s); see %s", slug, proc.returncode,
+                  pathlib.Path(out_dir) / slug / "cell.log")
+    for cell in list(pending):
+      if cell.needs in failed:
+        pending.remove(cell)
+        failed.add(cell.slug)
+        log.error("%s skipped: %s failed", cell.slug, cell.needs)
+        continue
+      if cell.needs and cell.needs not in results:
+        continue
+      if jobs == 1:
+        pending.remove(cell)
+        t0 = time.perf_counter()
+        try:
+          results[cell.slug] = run_here(cell)
+        except Exception:  # pylint: disable=broad-except
+          log.exception("%s failed", cell.slug)
+          failed.add(cell.slug)
+          continue
+        log.info("%s done in %.0fs: %s", cell.slug, time.perf_counter() - t0,
+                 results[cell.slug]["pass1"])
+      elif len(running) < jobs:
+        pending.remove(cell)
+        logfile = pathlib.Path(out_dir) / cell.slug / "cell.log"
+        logfile.parent.mkdir(parents=True, exist_ok=True)
+        with open(logfile, "w") as f:
+          proc = subprocess.Popen(cell_argv(cell), stdout=f, stderr=subprocess.STDOUT,
+                                  env=dict(os.environ))
+        running[cell.slug] = (cell, proc, time.perf_counter())
+    if running:
+      time.sleep(poll_s)
+  if failed:
+    log.error("failed cells: %s", sorted(failed))
+  return results
+
+
+def aggregate(cells, results: dict, names, *, steps: int, eval_k: int) -> dict:
+  """``{label: {model: [pass@1 per seed]}}`` and the matching diagnostics, in plan order."""
+  table: dict = {}
   diagnostics: dict = {}
-  for seed in seeds:
-    problems = toy_compare.train_problems(pair_cfg, 1536, seed)
-    for label, presets in methods.items():
-      t0 = time.perf_counter()
-      res = _train(_config(presets, out_dir / f"s{seed}" / presets, seed, steps, pair),
-                   problems, pair_cfg, eval_k, seed)
-      for n, v in res["pass1"].items():
-        cells.setdefault(label, {}).setdefault(n, []).append(v)
-      diagnostics.setdefault(label, []).append(res["diagnostics"])
-      log.info("seed %d %s: %s (%.0fs)", seed, label, res["pass1"], time.perf_counter() - t0)
-    grpo_logs = out_dir / f"s{seed}" / methods.get("GRPO n=8", "grpo8") / "peer_logs"
-    for swap in (False, True):
-      cfg = _config("replay", out_dir / f"s{seed}" / f"replay_{int(swap)}", seed, steps, pair,
-                    swap=swap, **{"replay.log_dir": str(grpo_logs)})
-      res = _train(cfg, problems, pair_cfg, eval_k, seed)
-      for n, v in res["pass1"].items():
-        cells.setdefault("stored-log replay", {}).setdefault(n, []).append(v)
-      diagnostics.setdefault("stored-log replay", []).append(res["diagnostics"])
-    (out_dir / "cells.json").write_text(json.dumps({"cells": cells, "diagnostics": diagnostics},
-                                                   indent=1))
-  return {"names": names, "cells": cells, "diagnostics": diagnostics, "seeds": list(seeds),
+  for cell in cells:
+    res = results.get(cell.slug)
+    if res is None:
+      continue
+    for n, v in res["pass1"].items():
+      table.setdefault(cell.label, {}).setdefault(n, []).append(v)
+    for k, v in res["diagnostics"].items():
+      diagnostics.setdefault(cell.label, {}).setdefault(k, []).append(v)
+  seeds = sorted({c.seed for c in cells})
+  return {"names": list(names), "cells": table, "diagnostics": diagnostics, "seeds": seeds,
           "steps": steps, "eval_k": eval_k}
 
 
-def results_markdown(res: dict, command: str) -> str:
-  """The RESULTS.md table: one row per method, one column per updated model, mean ± std."""
+def _mean_std(values) -> str:
+  v = np.asarray(values, np.float64) * 100
+  return f"{v.mean():.2f} ± {v.std(ddof=1) if len(v) > 1 else 0.0:.2f}"
+
+
+def results_markdown(res: dict, command: str, machine: str = "") -> str:
+  """RESULTS.md: pass@1 per method and updated model (mean ± std over seeds), then diagnostics."""
   names = res["names"]
-  lines = ["# Toy reproduction benchmark", "",
-           f"Command: `{command}`", "",
-           f"Held-out pass@1 (%) of the updated model on the toy pair, k={res['eval_k']} samples "
-           f"at T=0.6, top-p 0.95, after {res['steps']} steps; mean ± std over seeds "
-           f"{res['seeds']}. Each model's peer is the other one.", "",
-           "| method | " + " | ".join(f"{n} (peer {m})" for n, m in zip(names, names[::-1]))
-           + " | mean |", "|---" * (len(names) + 2) + "|"]
+  base = res["cells"].get("GRPO n=8", {})
+  lines = ["# Toy reproduction benchmark", "", f"Command: `{command}`", ""]
+  if machine:
+    lines += [f"Machine: {machine}", ""]
+  lines += [f"Held-out pass@1 (%) of the updated model on the toy pair (average of the "
+            f"additive and multiplicative groups), k={res['eval_k']} samples at T=0.6, top-p 0.95, "
+            f"after {res['steps']} steps; mean ± std (ddof=1) over seeds {res['seeds']}. Each "
+            "model's peer is the other one. Δ is against GRPO n=8, paired by seed.", "",
+            "| method | " + " | ".join(f"{n} (peer {m}) | Δ" for n, m in zip(names, names[::-1]))
+            + " | mean |", "|---" * (2 * len(names) + 2) + "|"]
   for label, per_model in res["cells"].items():
-    vals = [np.asarray(per_model.get(n, [np.nan])) * 100 for n in names]
-    row = " | ".join(f"{v.mean():.2f} ± {v.std(ddof=1) if len(v) > 1 else 0:.2f}" for v in vals)
-    lines.append(f"| {label} | {row} | {np.mean([v.mean() for v in vals]):.2f} |")
+    row, means = [], []
+    for n in names:
+      v = per_model.get(n)
+      if not v:
+        row += ["n/a", ""]
+        continue
+      means.append(np.mean(v))
+      b = base.get(n)
+      delta = (f"{100 * (np.mean(v) - np.mean(b[:len(v)])):+.2f}"
+               if b and label != "GRPO n=8" else "")
+      row += [_mean_std(v), delta]
+    lines.append(f"| {label} | " + " | ".join(row) + f" | {100 * np.mean(means):.2f} |")
+  lines += ["", diagnostics_markdown(res)]
   return "\n".join(lines) + "\n"
+
+
+def diagnostics_markdown(res: dict) -> str:
+  """Per exchange method and receiver: mean per step of the exchange figures (over steps and seeds)."""
+  cols = [("grafted groups", "exchange/grafted_groups"), ("offered", "exchange/peer_offered"),
+          ("admitted", "exchange/admitted"), ("s p50", "exchange/s_p50"),
+          ("complementarity", "exchange/complementarity"), ("all-fail share", "all_fail"),
+          ("dropped empty", "exchange/dropped_empty"), ("clip peer tok.", "update/clip_frac_graft"),
+          ("clip own tok.", "update/clip_frac_own")]
+  lines = ["Exchange diagnostics, mean per step over steps and seeds (per receiver):", "",
+           "| method | receiver | " + " | ".join(c for c, _ in cols) + " |",
+           "|---" * (len(cols) + 2) + "|"]
+  for label, diag in res["diagnostics"].items():
+    for n in res["names"]:
+      if f"{n}/exchange/peer_offered" not in diag and f"{n}/exchange/grafted_groups" not in diag:
+        continue
+      vals = [f"{np.mean(diag[f'{n}/{k}']):.3g}" if f"{n}/{k}" in diag else "" for _, k in cols]
+      lines.append(f"| {label} | {n} | " + " | ".join(vals) + " |")
+  return "\n".join(lines)
+
+
+def default_cell_argv(script: str, out_dir, *, steps: int, eval_k: int, extra=()):
+  """``cell -> argv`` that reruns ``script`` for just that cell (``extra``: more flags)."""
+  def argv(cell: Cell):
+    return [sys.executable, script, "--out", str(out_dir), "--steps", str(steps), "--eval-k",
+            str(eval_k), *extra, "--cell", json.dumps(dataclasses.asdict(cell))]
+  return argv
+
+
+def smoke_overrides(pair_cfg):
+  """Shrinks a cell's step for the tiny pair: 8 prompts, short responses (CI smoke runs)."""
+  def apply(cd):
+    cd.prompts_per_step = 8
+    cd.max_response_len = pair_cfg.max_new_tokens
+    cd.hacpo.minibatch_prompts = 4
+  return apply

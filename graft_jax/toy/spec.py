@@ -21,7 +21,7 @@ from graft_jax.toy.warm_start import SFTConfig
 # The trainer's prompt is problem + suffix; the toy config must use this one.
 PROMPT_SUFFIX = " Answer:"
 # Bump when the build code changes what it produces for the same settings.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 DEFAULT_ROOT = "runs/toy_pair"
 
 
@@ -77,12 +77,12 @@ class ToyPairConfig:
   model_b: ToyModelSpec
   seed: int = 0
   difficulty: int = 2
-  max_len: int = 48  # prompt + response + EOS, in either tokenizer
+  max_len: int = 64  # prompt + response + EOS, in either tokenizer
   groups: tuple[tuple[str, tuple[str, ...]], ...] = (
       ("additive", ("add", "sub")), ("multiplicative", ("mul",)))
   eval_per_family: int = 64
   eval_samples: int = 4
-  max_new_tokens: int = 32
+  max_new_tokens: int = 48
 
   @property
   def eval_families(self) -> tuple[str, ...]:
@@ -96,6 +96,11 @@ def default_config(seed: int = 0) -> ToyPairConfig:
   """The embedded default's pair (under a minute of CPU per model).
 
   B also sees the one-digit times table, which lifts its two-digit products.
+  The SFT step counts sit where each model has learned its own families but
+  not saturated them (pass rates at T=1 on held-out problems: A 60% additive,
+  5% multiplicative; B 2% additive, 43% multiplicative), so both have mixed
+  groups on their own side and all-fail groups on the peer's. A at 350 steps
+  is near 4% on addition and at 1,100 steps near 97%.
   Heads are 32 wide: vLLM's CPU attention backend refuses head_dim 16, and the
   pair must also serve from vLLM sidecars (`configs/toy.py:vllm`).
   """
@@ -103,13 +108,13 @@ def default_config(seed: int = 0) -> ToyPairConfig:
       name="toy_a", model_type="qwen3", vocab_size=300, hidden_size=64,
       intermediate_size=192, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32,
       mixture=(("add", 1500, 2), ("sub", 1500, 2), ("mul", 40, 2)),
-      sft=SFTConfig(steps=1100, batch_size=32, lr=3e-3))
+      sft=SFTConfig(steps=650, batch_size=32, lr=3e-3))
   b = ToyModelSpec(
       name="toy_b", model_type="smollm3", vocab_size=256, hidden_size=96,
       intermediate_size=192, num_layers=4, num_heads=3, num_kv_heads=1, head_dim=32,
       no_rope_layers=(1, 1, 1, 0),
-      mixture=(("mul", 800, 2), ("mul", 100, 1), ("add", 150, 2), ("sub", 150, 2)),
-      sft=SFTConfig(steps=900, batch_size=32, lr=5e-3, weight_decay=0.1))
+      mixture=(("mul", 800, 2), ("mul", 100, 1), ("add", 40, 2), ("sub", 40, 2)),
+      sft=SFTConfig(steps=700, batch_size=32, lr=5e-3, weight_decay=0.1))
   return ToyPairConfig(model_a=a, model_b=b, seed=seed)
 
 

@@ -85,6 +85,7 @@ class MetricsWriter:
     if not enabled:
       return
     self.path.parent.mkdir(parents=True, exist_ok=True)
+    self._drop_steps_from(initial_step)
     self._file = open(self.path, 'a', encoding='utf-8')
     if tensorboard:
       import tensorboardX  # Deferred: it pulls in protobuf at import time.
@@ -93,6 +94,18 @@ class MetricsWriter:
     if progress_bar:
       self._bar = tqdm.tqdm(total=total_steps, initial=initial_step,
                             unit='step', dynamic_ncols=True)
+
+  def _drop_steps_from(self, first_step: int) -> None:
+    """Removes records of steps >= first_step: a run restarted (or resumed) there rewrites them."""
+    if not self.path.exists():
+      return
+    with open(self.path, encoding='utf-8') as f:
+      lines = f.readlines()
+    keep = [line for line in lines if line.strip() and json.loads(line)['step'] < first_step]
+    if len(keep) != len(lines):
+      tmp = self.path.with_suffix('.jsonl.tmp')
+      tmp.write_text(''.join(keep), encoding='utf-8')
+      os.replace(tmp, self.path)
 
   def write(self, step: int, metrics: Mapping[str, Any]) -> dict[str, Any]:
     """Records one step; returns the flattened, JSON-ready record."""

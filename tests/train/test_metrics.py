@@ -60,15 +60,20 @@ def test_tensorboard_scalars_are_readable(tmp_path):
 def test_append_on_resume_and_read_jsonl(tmp_path):
   with metrics_lib.MetricsWriter(tmp_path, tensorboard=False,
                                  progress_bar=False) as w:
-    for step in (1, 2, 3):
+    for step in (0, 1, 2, 3):
       w.write(step, {'x': step})
-  # Resumed from a checkpoint at step 1: steps 2 and 3 run again.
+  # Resumed from a checkpoint after steps 0 and 1; it stops again after step 2.
+  # Step 3 of the first attempt is stale and must not survive.
   with metrics_lib.MetricsWriter(tmp_path, tensorboard=False,
-                                 progress_bar=False, initial_step=1) as w:
-    for step in (2, 3):
-      w.write(step, {'x': 10 * step})
+                                 progress_bar=False, initial_step=2) as w:
+    w.write(2, {'x': 20})
   records = metrics_lib.read_jsonl(tmp_path / 'metrics.jsonl')
-  assert [(r['step'], r['x']) for r in records] == [(1, 1), (2, 20), (3, 30)]
+  assert [(r['step'], r['x']) for r in records] == [(0, 0), (1, 1), (2, 20)]
+  # A fresh run (initial step 0) in the same workdir starts a new file.
+  with metrics_lib.MetricsWriter(tmp_path, tensorboard=False, progress_bar=False) as w:
+    w.write(0, {'x': -1})
+  lines = (tmp_path / 'metrics.jsonl').read_text().splitlines()
+  assert len(lines) == 1 and metrics_lib.read_jsonl(tmp_path / 'metrics.jsonl')[0]['x'] == -1
 
 
 def test_disabled_writes_nothing(tmp_path):

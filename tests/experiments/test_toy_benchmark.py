@@ -1,0 +1,101 @@
+"""The toy benchmark's plan, scheduler and tables; a slow smoke run of the script on the tiny pair."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from graft_jax.experiments import toy_benchmark as tb
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_plan_has_every_method_per_seed_and_replay_after_grpo8():
+  cells = tb.plan_cells([0, 1])
+  assert len(cells) == 2 * (len(tb.METHODS) + 2)
+  assert len({c.slug for c in cells}) == len(cells)
+  replay = [c for c in cells if c.label == tb.REPLAY]
+  assert [(c.seed, c.swap) for c in replay] == [(0, False), (0, True), (1, False), (1, True)]
+  slugs = [c.slug for c in cells]
+  for c in replay:
+    assert c.needs == f"s{c.seed}/grpo8" and slugs.index(c.needs) < slugs.index(c.slug)
+  # Without GRPO n=8 there is nothing to replay.
+  assert not [c for c in tb.plan_cells([0], {"GRAFT": "graft"}) if c.label == tb.REPLAY]
+
+
+def _write(cell, out, pass1):
+  path = tb.cell_path(cell, out)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(json.dumps({"steps": 3, "eval_k": 2, "pass1": pass1, "diagnostics": {}}))
+  return json.loads(path.read_text())
+
+
+def test_run_cells_in_process_respects_dependencies_and_skips_finished(tmp_path):
+  cells = tb.plan_cells([0], {"GRPO n=8": "grpo8", "GRAFT": "graft"})
+  done = tb.cell_path(cells[1], tmp_path)
+  _write(cells[1], tmp_path, {"a": 0.5, "b": 0.25})
+  order = []
+
+  def run_here(cell):
+    order.append(cell.slug)
+    return _write(cell, tmp_path, {"a": 0.1})
+
+  res = tb.run_cells(cells, tmp_path, steps=3, eval_k=2, jobs=1, cell_argv=None,
+                     run_here=run_here)
+  assert order == ["s0/grpo8", "s0/replay_0", "s0/replay_1"]
+  assert set(res) == {c.slug for c in cells} and done.is_file()
+  # A result from another step budget is not reused.
+  order.clear()
+  tb.run_cells(cells, tmp_path, steps=4, eval_k=2, jobs=1, cell_argv=None,
+               run_here=lambda c: order.append(c.slug) or _write(c, tmp_path, {}))
+  assert len(order) == len(cells)
+
+
+def test_run_cells_subprocesses_skip_dependants_of_a_failed_cell(tmp_path):
+  cells = tb.plan_cells([0], {"GRPO n=8": "grpo8", "GRAFT": "graft"})
+  script = ("import json, pathlib, sys; cell = json.loads(sys.argv[2]); "
+            "sys.exit(3) if cell['label'] == 'GRPO n=8' else None; "
+            "p = pathlib.Path(sys.argv[1]) / ('s%d' % cell['seed']) / 'graft' / 'cell.json'; "
+            "p.write_text(json.dumps({'steps': 3, 'eval_k': 2, 'pass1': {'a': 0.3}, "
+            "'diagnostics': {}}))")
+  argv = lambda cell: [sys.executable, "-c", script, str(tmp_path), json.dumps(
+      {"seed": cell.seed, "label": cell.label})]
+  res = tb.run_cells(cells, tmp_path, steps=3, eval_k=2, jobs=2, cell_argv=argv, poll_s=0.05)
+  assert set(res) == {"s0/graft"}
+  assert (tmp_path / "s0" / "grpo8" / "cell.log").is_file()
+
+
+def test_results_markdown_mean_std_and_paired_delta():
+  res = {"names": ["a", "b"], "seeds": [0, 1, 2], "steps": 5, "eval_k": 4,
+         "cells": {"GRPO n=8": {"a": [0.10, 0.20, 0.30], "b": [0.5, 0.5, 0.5]},
+                   "GRAFT": {"a": [0.20, 0.20, 0.50], "b": [0.4, 0.5, 0.6]}},
+         "diagnostics": {"GRAFT": {"a/exchange/peer_offered": [8.0, 16.0],
+                                   "a/exchange/admitted": [2.0, 4.0]}}}
+  text = tb.results_markdown(res, "python launch/toy_benchmark.py", "2-core CPU")
+  table = text.split("Exchange diagnostics")[0]
+  rows = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()
+          if line.startswith("| GR")}
+  # GRPO a: mean 20, sample std 10; GRAFT a: mean 30, std of (20, 20, 50) = 17.32.
+  assert "| 20.00 ± 10.00 |  |" in rows["GRPO n=8"]
+  assert "| 30.00 ± 17.32 | +10.00 | 50.00 ± 10.00 | +0.00 | 40.00 |" in rows["GRAFT"]
+  assert "| GRAFT | a | " in text and "| 12 | 3 |" in text  # offered, admitted means
+  assert "Machine: 2-core CPU" in text
+
+
+@pytest.mark.slow
+def test_benchmark_script_smoke_runs_cells_in_parallel(tmp_path):
+  proc = subprocess.run(
+      [sys.executable, "launch/toy_benchmark.py", "--smoke", "--seeds", "0", "--steps", "1",
+       "--eval-k", "1", "--jobs", "2", "--only", "GRPO n=8", "GRAFT", "--out", str(tmp_path),
+       "--results", str(tmp_path / "RESULTS.md")],
+      cwd=ROOT, capture_output=True, text=True, timeout=1800)
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  text = (tmp_path / "RESULTS.md").read_text()
+  for label in ("GRPO n=8", "GRAFT", tb.REPLAY):
+    assert f"| {label} |" in text
+  bench = json.loads((tmp_path / "benchmark.json").read_text())
+  assert set(bench["cells"][tb.REPLAY]) == set(bench["names"])  # one trained model per direction
+  for cell in ("grpo8", "graft", "replay_0", "replay_1"):
+    assert (tmp_path / "s0" / cell / "cell.json").is_file()
