@@ -20,6 +20,8 @@ def main():
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--eval-k", type=int, default=4)
   parser.add_argument("--smoke", action="store_true", help="tiny pair and 2 steps (CI)")
+  parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                      help="config override for both methods, e.g. --set optimizer.lr=3e-4")
   args = parser.parse_args()
   logging.basicConfig(level=logging.INFO, format="%(message)s")
   for noisy in ("jax", "absl", "orbax"):
@@ -39,6 +41,7 @@ def main():
         cd.total_steps = args.steps
       if args.smoke:
         cd.total_steps, cd.prompts_per_step, cd.max_response_len = 2, 8, pair_cfg.max_new_tokens
+      config_lib.apply_overrides(cd, args.set)
     cfgs[method] = config_lib.from_config_dict(cd)
   results = toy_compare.run_comparison(cfgs, pair, pair_cfg, eval_k=2 if args.smoke else args.eval_k,
                                        seed=args.seed,

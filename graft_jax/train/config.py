@@ -17,6 +17,7 @@ ConfigError = config_checks.ConfigError
 check_paths = config_checks.check_paths
 import_config_file = config_load.import_config_file
 load_config = config_load.load_config
+apply_overrides = config_load.apply_overrides
 
 METHODS = config_checks.METHODS
 

@@ -5,6 +5,7 @@ Config files under configs/ are imported by path: configs/ is not a package.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib.util
 import pathlib
@@ -93,3 +94,34 @@ def load_config(spec: str) -> Any:
   path, _, arg = spec.partition(':')
   module = import_config_file(path)
   return module.get_config(arg) if arg else module.get_config()
+
+
+def apply_overrides(config_dict, overrides) -> None:
+  """Applies 'dotted.field=value' strings to a ConfigDict, as `--config.dotted.field=value` does.
+
+  Values are Python literals (``3e-4``, ``32``, ``True``, ``(1, 2)``); anything
+  else is taken as a string. An unknown field or a wrong type raises
+  ``ConfigError`` naming the override.
+  """
+  for item in overrides:
+    key, sep, text = item.partition('=')
+    if not sep or not key:
+      raise ConfigError(f'override {item!r} must look like field.name=value')
+    try:
+      value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+      value = text
+    *parents, leaf = key.split('.')
+    node = config_dict
+    try:
+      for p in parents:
+        node = node[p]
+      if leaf not in node:
+        raise KeyError(leaf)
+      if isinstance(node[leaf], float) and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+      node[leaf] = value
+    except KeyError as e:
+      raise ConfigError(f'override {item!r}: no config field {key!r}') from e
+    except TypeError as e:
+      raise ConfigError(f'override {item!r}: {e}') from e

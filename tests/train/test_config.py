@@ -198,3 +198,20 @@ def test_check_paths(tmp_path):
   d['vllm']['python'] = str(tmp_path / 'missing' / 'python')
   with pytest.raises(FileNotFoundError, match='vllm.python'):
     config_lib.check_paths(config_lib.from_config_dict(d))
+
+
+def test_apply_overrides_sets_typed_fields_and_names_bad_ones():
+  cd = config_lib.load_config("configs/toy.py:graft")
+  with cd.unlocked():
+    config_lib.apply_overrides(cd, ["optimizer.lr=3e-4", "prompts_per_step=32", "graft.delta=0",
+                                    "graft.order=uniform", "logging.tensorboard=False"])
+  cfg = config_lib.from_config_dict(cd)
+  assert (cfg.optimizer.lr, cfg.prompts_per_step, cfg.graft.delta) == (3e-4, 32, 0.0)
+  assert isinstance(cfg.graft.delta, float)
+  assert cfg.graft.order == "uniform" and cfg.logging.tensorboard is False
+  for bad, needle in (("optimizer.lrr=1", "no config field 'optimizer.lrr'"),
+                      ("nope.lr=1", "no config field 'nope.lr'"),
+                      ("prompts_per_step=many", "prompts_per_step=many"),
+                      ("lr", "must look like")):
+    with pytest.raises(config_lib.config_checks.ConfigError, match=needle):
+      config_lib.apply_overrides(cd, [bad])
