@@ -42,6 +42,7 @@ METHODS = {
     "sequence ratio": "graft,sequence_ratio", "delta=0": "graft,delta0", "delta=0.9": "graft,delta0.9",
 }
 REPLAY = "stored-log replay"
+INITIAL = "initial (no training)"
 # Mean over steps of these per-model metrics go to the diagnostics table.
 DIAGNOSTICS = ("exchange/candidates", "exchange/grafted_groups", "exchange/peer_offered",
                "exchange/admitted", "exchange/complementarity", "exchange/s_p50",
@@ -63,6 +64,8 @@ class Cell:
   def slug(self) -> str:
     if self.label == REPLAY:
       return f"s{self.seed}/replay_{int(self.swap)}"
+    if self.label == INITIAL:
+      return f"s{self.seed}/initial"
     return f"s{self.seed}/{self.presets.replace(',', '_')}"
 
 
@@ -71,6 +74,7 @@ def plan_cells(seeds, methods=None) -> list[Cell]:
   methods = METHODS if methods is None else methods
   cells = []
   for seed in seeds:
+    cells.append(Cell(seed, INITIAL, "grpo8"))
     for label, presets in methods.items():
       cells.append(Cell(seed, label, presets))
     if "GRPO n=8" in methods:
@@ -114,15 +118,18 @@ def run_cell(cell: Cell, pair, pair_cfg, out_dir, *, steps: int, eval_k: int,
   for m in (cfg.model_a, cfg.model_b):
     replayed = cfg.method == "replay" and m is cfg.model_b
     models[m.name] = (None, None) if replayed else (load_hf(m.path)[0], load_tokenizer(m.path))
-  problems = toy_compare.train_problems(pair_cfg, num_problems, cell.seed)
-  trainer = Trainer(cfg, problems, models)
-  try:
-    trainer.run()
-  finally:
-    trainer.close()
-  trained = {n: (p.model, p.tokenizer) for n, p in trainer.policies.items()}
+  if cell.label == INITIAL:  # the pair as built: the baseline every method starts from
+    trained, records = models, []
+  else:
+    problems = toy_compare.train_problems(pair_cfg, num_problems, cell.seed)
+    trainer = Trainer(cfg, problems, models)
+    try:
+      trainer.run()
+    finally:
+      trainer.close()
+    trained = {n: (p.model, p.tokenizer) for n, p in trainer.policies.items()}
+    records = read_jsonl(pathlib.Path(cfg.workdir) / "metrics.jsonl")
   evals = toy_compare.evaluate_models(trained, pair_cfg, k=eval_k, seed=cell.seed)
-  records = read_jsonl(pathlib.Path(cfg.workdir) / "metrics.jsonl")
   diagnostics = {}
   for n in trained:
     for key in DIAGNOSTICS:
@@ -259,7 +266,7 @@ def results_markdown(res: dict, command: str, machine: str = "") -> str:
       means.append(np.mean(v))
       b = base.get(n)
       delta = (f"{100 * (np.mean(v) - np.mean(b[:len(v)])):+.2f}"
-               if b and label != "GRPO n=8" else "")
+               if b and label not in ("GRPO n=8", INITIAL) else "")
       row += [_mean_std(v), delta]
     lines.append(f"| {label} | " + " | ".join(row) + f" | {100 * np.mean(means):.2f} |")
   lines += ["", diagnostics_markdown(res)]

@@ -14,7 +14,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 def test_plan_has_every_method_per_seed_and_replay_after_grpo8():
   cells = tb.plan_cells([0, 1])
-  assert len(cells) == 2 * (len(tb.METHODS) + 2)
+  assert len(cells) == 2 * (len(tb.METHODS) + 3)
+  assert [c.slug for c in cells if c.label == tb.INITIAL] == ["s0/initial", "s1/initial"]
   assert len({c.slug for c in cells}) == len(cells)
   replay = [c for c in cells if c.label == tb.REPLAY]
   assert [(c.seed, c.swap) for c in replay] == [(0, False), (0, True), (1, False), (1, True)]
@@ -34,8 +35,9 @@ def _write(cell, out, pass1):
 
 def test_run_cells_in_process_respects_dependencies_and_skips_finished(tmp_path):
   cells = tb.plan_cells([0], {"GRPO n=8": "grpo8", "GRAFT": "graft"})
-  done = tb.cell_path(cells[1], tmp_path)
-  _write(cells[1], tmp_path, {"a": 0.5, "b": 0.25})
+  graft = next(c for c in cells if c.label == "GRAFT")
+  done = tb.cell_path(graft, tmp_path)
+  _write(graft, tmp_path, {"a": 0.5, "b": 0.25})
   order = []
 
   def run_here(cell):
@@ -44,7 +46,7 @@ def test_run_cells_in_process_respects_dependencies_and_skips_finished(tmp_path)
 
   res = tb.run_cells(cells, tmp_path, steps=3, eval_k=2, jobs=1, cell_argv=None,
                      run_here=run_here)
-  assert order == ["s0/grpo8", "s0/replay_0", "s0/replay_1"]
+  assert order == ["s0/initial", "s0/grpo8", "s0/replay_0", "s0/replay_1"]
   assert set(res) == {c.slug for c in cells} and done.is_file()
   # A result from another step budget is not reused.
   order.clear()
@@ -57,13 +59,13 @@ def test_run_cells_subprocesses_skip_dependants_of_a_failed_cell(tmp_path):
   cells = tb.plan_cells([0], {"GRPO n=8": "grpo8", "GRAFT": "graft"})
   script = ("import json, pathlib, sys; cell = json.loads(sys.argv[2]); "
             "sys.exit(3) if cell['label'] == 'GRPO n=8' else None; "
-            "p = pathlib.Path(sys.argv[1]) / ('s%d' % cell['seed']) / 'graft' / 'cell.json'; "
+            "p = pathlib.Path(sys.argv[1]) / cell['slug'] / 'cell.json'; "
             "p.write_text(json.dumps({'steps': 3, 'eval_k': 2, 'pass1': {'a': 0.3}, "
             "'diagnostics': {}}))")
   argv = lambda cell: [sys.executable, "-c", script, str(tmp_path), json.dumps(
-      {"seed": cell.seed, "label": cell.label})]
+      {"slug": cell.slug, "label": cell.label})]
   res = tb.run_cells(cells, tmp_path, steps=3, eval_k=2, jobs=2, cell_argv=argv, poll_s=0.05)
-  assert set(res) == {"s0/graft"}
+  assert set(res) == {"s0/initial", "s0/graft"}
   assert (tmp_path / "s0" / "grpo8" / "cell.log").is_file()
 
 
@@ -93,9 +95,9 @@ def test_benchmark_script_smoke_runs_cells_in_parallel(tmp_path):
       cwd=ROOT, capture_output=True, text=True, timeout=1800)
   assert proc.returncode == 0, proc.stderr[-4000:]
   text = (tmp_path / "RESULTS.md").read_text()
-  for label in ("GRPO n=8", "GRAFT", tb.REPLAY):
+  for label in (tb.INITIAL, "GRPO n=8", "GRAFT", tb.REPLAY):
     assert f"| {label} |" in text
   bench = json.loads((tmp_path / "benchmark.json").read_text())
   assert set(bench["cells"][tb.REPLAY]) == set(bench["names"])  # one trained model per direction
-  for cell in ("grpo8", "graft", "replay_0", "replay_1"):
+  for cell in ("initial", "grpo8", "graft", "replay_0", "replay_1"):
     assert (tmp_path / "s0" / cell / "cell.json").is_file()
