@@ -224,6 +224,7 @@ def run_cells(cells, out_dir, *, steps: int, eval_k: int, jobs: int, cell_argv,
 def aggregate(cells, results: dict, names, *, steps: int, eval_k: int) -> dict:
   """``{label: {model: [pass@1 per seed]}}`` and the matching diagnostics, in plan order."""
   table: dict = {}
+  groups: dict = {}
   diagnostics: dict = {}
   for cell in cells:
     res = results.get(cell.slug)
@@ -231,11 +232,14 @@ def aggregate(cells, results: dict, names, *, steps: int, eval_k: int) -> dict:
       continue
     for n, v in res["pass1"].items():
       table.setdefault(cell.label, {}).setdefault(n, []).append(v)
+    for n, per_group in res.get("pass1_groups", {}).items():
+      for g, v in per_group.items():
+        groups.setdefault(cell.label, {}).setdefault(f"{n} {g}", []).append(v)
     for k, v in res["diagnostics"].items():
       diagnostics.setdefault(cell.label, {}).setdefault(k, []).append(v)
   seeds = sorted({c.seed for c in cells})
-  return {"names": list(names), "cells": table, "diagnostics": diagnostics, "seeds": seeds,
-          "steps": steps, "eval_k": eval_k}
+  return {"names": list(names), "cells": table, "groups": groups, "diagnostics": diagnostics,
+          "seeds": seeds, "steps": steps, "eval_k": eval_k}
 
 
 def _mean_std(values) -> str:
@@ -269,8 +273,21 @@ def results_markdown(res: dict, command: str, machine: str = "") -> str:
                if b and label not in ("GRPO n=8", INITIAL) else "")
       row += [_mean_std(v), delta]
     lines.append(f"| {label} | " + " | ".join(row) + f" | {100 * np.mean(means):.2f} |")
+  if res.get("groups"):
+    lines += ["", groups_markdown(res)]
   lines += ["", diagnostics_markdown(res)]
   return "\n".join(lines) + "\n"
+
+
+def groups_markdown(res: dict) -> str:
+  """Pass@1 per model and family group (mean over seeds), where the exchange should act."""
+  cols = list(dict.fromkeys(c for per in res["groups"].values() for c in per))
+  lines = ["Held-out pass@1 (%) per model and family group, mean over seeds:", "",
+           "| method | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+  for label, per in res["groups"].items():
+    lines.append(f"| {label} | " + " | ".join(
+        f"{100 * np.mean(per[c]):.1f}" if c in per else "" for c in cols) + " |")
+  return "\n".join(lines)
 
 
 def diagnostics_markdown(res: dict) -> str:

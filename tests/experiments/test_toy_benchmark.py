@@ -73,10 +73,11 @@ def test_results_markdown_mean_std_and_paired_delta():
   res = {"names": ["a", "b"], "seeds": [0, 1, 2], "steps": 5, "eval_k": 4,
          "cells": {"GRPO n=8": {"a": [0.10, 0.20, 0.30], "b": [0.5, 0.5, 0.5]},
                    "GRAFT": {"a": [0.20, 0.20, 0.50], "b": [0.4, 0.5, 0.6]}},
+         "groups": {"GRAFT": {"a add": [0.1, 0.2, 0.6], "b mul": [0.5]}},
          "diagnostics": {"GRAFT": {"a/exchange/peer_offered": [8.0, 16.0],
                                    "a/exchange/admitted": [2.0, 4.0]}}}
   text = tb.results_markdown(res, "python launch/toy_benchmark.py", "2-core CPU")
-  table = text.split("Exchange diagnostics")[0]
+  table = text.split("per model and family group")[0]
   rows = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()
           if line.startswith("| GR")}
   # GRPO a: mean 20, sample std 10; GRAFT a: mean 30, std of (20, 20, 50) = 17.32.
@@ -84,6 +85,7 @@ def test_results_markdown_mean_std_and_paired_delta():
   assert "| 30.00 ± 17.32 | +10.00 | 50.00 ± 10.00 | +0.00 | 40.00 |" in rows["GRAFT"]
   assert "| GRAFT | a | " in text and "| 12 | 3 |" in text  # offered, admitted means
   assert "Machine: 2-core CPU" in text
+  assert "| method | a add | b mul |" in text and "| GRAFT | 30.0 | 50.0 |" in text
 
 
 @pytest.mark.slow
