@@ -10,6 +10,7 @@ import argparse
 import json
 import logging
 import pathlib
+import shlex
 import sys
 
 from graft_jax import toy
@@ -52,7 +53,7 @@ def main():
   names = [m["name"] for m in pair.record["models"]]
   res = toy_benchmark.aggregate(cells, results, names, steps=args.steps, eval_k=args.eval_k)
   (out / "benchmark.json").write_text(json.dumps(res, indent=1))
-  text = toy_benchmark.results_markdown(res, "python " + " ".join(sys.argv), args.machine)
+  text = toy_benchmark.results_markdown(res, shlex.join(["python", *sys.argv]), args.machine)
   pathlib.Path(args.results).write_text(text)
   print(text)
 
