@@ -53,7 +53,10 @@ def main():
   names = [m["name"] for m in pair.record["models"]]
   res = toy_benchmark.aggregate(cells, results, names, steps=args.steps, eval_k=args.eval_k)
   (out / "benchmark.json").write_text(json.dumps(res, indent=1))
-  text = toy_benchmark.results_markdown(res, shlex.join(["python", *sys.argv]), args.machine)
+  argv = list(sys.argv)
+  if "--machine" in argv:  # printed on a line of its own
+    del argv[argv.index("--machine"):argv.index("--machine") + 2]
+  text = toy_benchmark.results_markdown(res, shlex.join(["python", *argv]), args.machine)
   pathlib.Path(args.results).write_text(text)
   print(text)
 
