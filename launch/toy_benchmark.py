@@ -14,7 +14,7 @@ import shlex
 import sys
 
 from graft_jax import toy
-from graft_jax.experiments import toy_benchmark
+from graft_jax.experiments import toy_benchmark, toy_compare
 
 
 def main():
@@ -38,7 +38,7 @@ def main():
   pair = toy.ensure_toy_pair(out / "toy_pair" if args.smoke else toy.DEFAULT_ROOT, pair_cfg)
   run_here = lambda cell: toy_benchmark.run_cell(
       cell, pair, pair_cfg, out, steps=args.steps, eval_k=args.eval_k,
-      overrides=toy_benchmark.smoke_overrides(pair_cfg) if args.smoke else None,
+      overrides=toy_compare.smoke_overrides(pair_cfg) if args.smoke else None,
       num_problems=64 if args.smoke else 1536)
   if args.cell:
     run_here(toy_benchmark.Cell(**json.loads(args.cell)))

@@ -40,7 +40,8 @@ def main():
       if args.steps:
         cd.total_steps = args.steps
       if args.smoke:
-        cd.total_steps, cd.prompts_per_step, cd.max_response_len = 2, 8, pair_cfg.max_new_tokens
+        cd.total_steps = 2
+        toy_compare.smoke_overrides(pair_cfg)(cd)
       config_lib.apply_overrides(cd, args.set)
     cfgs[method] = config_lib.from_config_dict(cd)
   results = toy_compare.run_comparison(cfgs, pair, pair_cfg, eval_k=2 if args.smoke else args.eval_k,

@@ -16,7 +16,6 @@ import numpy as np
 from graft_jax import core
 from graft_jax.train import exchange
 from graft_jax.train.collect import collect
-from graft_jax.train.scoring import mean_or_nan, score_rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,10 +63,8 @@ def exchange_view(cfg, policies: dict, problems, reward_fn, *, seed: int = 0) ->
     recv, src, policy = rolls[recv_name], rolls[src_name], policies[recv_name]
     n = cfg.n
     peer_rows = list(range(len(problems) * n))
-    ids, _ = exchange.retokenize(policy, src, peer_rows)
-    scored = score_rows(policy.model, [recv.prompt_ids[r // n] for r in peer_rows], ids,
-                        policy.pad_id, temperature=cfg.rollout.temperature)
-    lbar_recv = np.array([mean_or_nan(x) for x in scored], np.float32)
+    ids, _, _, lbar_recv = exchange.score_peer_rows(policy, recv, src, peer_rows,
+                                                    temperature=cfg.rollout.temperature)
     _, admitted = core.compat_weights(lbar_recv, src.gen_mean_logp_B, delta=cfg.graft.delta)
     admitted = np.asarray(admitted)
     for r in peer_rows:

@@ -29,7 +29,6 @@ from graft_jax.experiments import toy_compare
 from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.train import config as config_lib
 from graft_jax.train.metrics import read_jsonl
-from graft_jax.train.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -121,13 +120,8 @@ def run_cell(cell: Cell, pair, pair_cfg, out_dir, *, steps: int, eval_k: int,
   if cell.label == INITIAL:  # the pair as built: the baseline every method starts from
     trained, records = models, []
   else:
-    problems = toy_compare.train_problems(pair_cfg, num_problems, cell.seed)
-    trainer = Trainer(cfg, problems, models)
-    try:
-      trainer.run()
-    finally:
-      trainer.close()
-    trained = {n: (p.model, p.tokenizer) for n, p in trainer.policies.items()}
+    trained = toy_compare.train(cfg, toy_compare.train_problems(pair_cfg, num_problems, cell.seed),
+                                models)
     records = read_jsonl(pathlib.Path(cfg.workdir) / "metrics.jsonl")
   evals = toy_compare.evaluate_models(trained, pair_cfg, k=eval_k, seed=cell.seed)
   diagnostics = {}
@@ -315,12 +309,3 @@ def default_cell_argv(script: str, out_dir, *, steps: int, eval_k: int, extra=()
     return [sys.executable, script, "--out", str(out_dir), "--steps", str(steps), "--eval-k",
             str(eval_k), *extra, "--cell", json.dumps(dataclasses.asdict(cell))]
   return argv
-
-
-def smoke_overrides(pair_cfg):
-  """Shrinks a cell's step for the tiny pair: 8 prompts, short responses (CI smoke runs)."""
-  def apply(cd):
-    cd.prompts_per_step = 8
-    cd.max_response_len = pair_cfg.max_new_tokens
-    cd.hacpo.minibatch_prompts = 4
-  return apply

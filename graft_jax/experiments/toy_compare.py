@@ -74,6 +74,25 @@ def complementarity(evals: dict, names) -> dict:
   return out
 
 
+def train(cfg, problems, models: dict) -> dict:
+  """Runs a ``Trainer`` to the config's step budget; returns the trained ``{name: (decoder, tokenizer)}``."""
+  trainer = Trainer(cfg, problems, models)
+  try:
+    trainer.run()
+  finally:
+    trainer.close()
+  return {n: (p.model, p.tokenizer) for n, p in trainer.policies.items()}
+
+
+def smoke_overrides(pair_cfg):
+  """Shrinks a toy config's step for the tiny pair: 8 prompts, short responses (CI smoke runs)."""
+  def apply(cd):
+    cd.prompts_per_step = 8
+    cd.max_response_len = pair_cfg.max_new_tokens
+    cd.hacpo.minibatch_prompts = 4
+  return apply
+
+
 def run_comparison(cfgs: dict, pair, pair_cfg, *, eval_k: int = 4, seed: int = 0,
                    num_train_problems: int = 1536) -> dict:
   """Trains every ``cfgs[method]`` from the pair's initial weights and evaluates the results.
@@ -92,12 +111,7 @@ def run_comparison(cfgs: dict, pair, pair_cfg, *, eval_k: int = 4, seed: int = 0
   results["complementarity_start"] = complementarity(results["initial"], names)
   for label, cfg in cfgs.items():
     t0 = time.perf_counter()
-    trainer = Trainer(cfg, problems, load_pair(pair))
-    try:
-      trainer.run()
-    finally:
-      trainer.close()
-    trained = {n: (p.model, p.tokenizer) for n, p in trainer.policies.items()}
+    trained = train(cfg, problems, load_pair(pair))
     evals = evaluate_models(trained, pair_cfg, k=eval_k, seed=seed)
     results["runs"][label] = {
         "evals": evals, "seconds": time.perf_counter() - t0,

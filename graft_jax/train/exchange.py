@@ -32,6 +32,21 @@ def retokenize(recv_policy, src_roll, row_ids):
   return ids, sum(1 for x in ids if not x)
 
 
+def score_peer_rows(recv_policy, recv_roll, src_roll, row_ids, *, temperature: float):
+  """Peer rows ``row_ids`` re-tokenized by the receiver and scored by its behavior policy.
+
+  Returns ``(ids, empty, logp, lbar_R)``: the receiver's token ids per row, how
+  many came out empty, the receiver's log-probs over them (the PPO old
+  log-probs), and their per-row means (the gate's lbar_recv; NaN when empty).
+  """
+  ids, empty = retokenize(recv_policy, src_roll, row_ids)
+  n = src_roll.n
+  prompts = [recv_roll.prompt_ids[b // n] for b in row_ids]
+  logp = score_rows(recv_policy.model, prompts, ids, recv_policy.pad_id,
+                    temperature=temperature) if row_ids else []
+  return ids, empty, logp, np.array([mean_or_nan(x) for x in logp], np.float32)
+
+
 def complementarity(k_recv_G, k_src_G) -> float:
   """Share of the receiver's all-fail prompts on which the peer solved at least one."""
   fail = k_recv_G == 0
@@ -44,11 +59,8 @@ def graft_rows(recv_policy, recv_roll, src_roll, receives_G, cfg, counts: dict) 
   gc = cfg.graft
   selected = np.flatnonzero(receives_G)
   peer_rows = [q * n + j for q in selected for j in range(n)]
-  ids, empty = retokenize(recv_policy, src_roll, peer_rows)
-  prompts = [recv_roll.prompt_ids[b // n] for b in peer_rows]
-  old = score_rows(recv_policy.model, prompts, ids, recv_policy.pad_id,
-                   temperature=cfg.rollout.temperature) if peer_rows else []
-  recv_lbar = np.array([mean_or_nan(x) for x in old], np.float32)
+  ids, empty, old, recv_lbar = score_peer_rows(recv_policy, recv_roll, src_roll, peer_rows,
+                                               temperature=cfg.rollout.temperature)
   gen_lbar = src_roll.gen_mean_logp_B[peer_rows] if peer_rows else np.zeros(0, np.float32)
   finite = np.isfinite(recv_lbar) & np.isfinite(gen_lbar)
   if gc.gate == "on":
@@ -104,10 +116,8 @@ def hacpo_rows(recv_policy, recv_roll, src_roll, cap_ratio: float, cfg, counts: 
   """HACPO: every prompt pools the receiver's n and the peer's n responses."""
   g, n = recv_roll.rewards_GxN.shape
   all_rows = list(range(g * n))
-  ids, empty = retokenize(recv_policy, src_roll, all_rows)
-  prompts = [recv_roll.prompt_ids[b // n] for b in all_rows]
-  old = score_rows(recv_policy.model, prompts, ids, recv_policy.pad_id,
-                   temperature=cfg.rollout.temperature)
+  ids, empty, old, _ = score_peer_rows(recv_policy, recv_roll, src_roll, all_rows,
+                                      temperature=cfg.rollout.temperature)
   r_GxK = np.concatenate([recv_roll.rewards_GxN, src_roll.rewards_GxN], axis=1)
   is_self_GxK = np.concatenate([np.ones((g, n), bool), np.zeros((g, n), bool)], axis=1)
   cap_GxK = np.where(is_self_GxK, 1.0, cap_ratio).astype(np.float32)
