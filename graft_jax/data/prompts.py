@@ -41,5 +41,5 @@ class PromptTemplate:
     return cls(TEMPLATES.get(name_or_template, name_or_template))
 
   def render(self, problem: Problem | str) -> str:
-    text = problem.problem if isinstance(problem, Problem) else problem
+    text = problem if isinstance(problem, str) else problem.problem  # any object with .problem
     return self.template.replace(_SLOT, text)

@@ -40,7 +40,7 @@ def _check_batch(batch: RolloutBatch, num_prompts: int, k: int) -> None:
 def _run_benchmark(name: str, problems: Sequence[Problem], engine, tokenizer,
                    *, k: int, sampling: SamplingParams, template: PromptTemplate,
                    batch_size: int, ks: Sequence[int], pool, timeout_s: float,
-                   add_special_tokens: bool) -> BenchmarkResult:
+                   add_special_tokens: bool, score_fn=None) -> BenchmarkResult:
   correct_PxK = np.zeros((len(problems), k), bool)
   filled_P = np.zeros(len(problems), np.int64)
   stats = rewards.ScoreStats()
@@ -61,8 +61,12 @@ def _run_benchmark(name: str, problems: Sequence[Problem], engine, tokenizer,
     texts = [tokenizer.decode(batch.response_ids(b), skip_special_tokens=True)
              for b in range(batch.tokens_BxL.shape[0])]
     golds = [chunk[i].answer for i in batch.prompt_index_B]
-    rewards_B, s = rewards.score(texts, golds, timeout_s=timeout_s, pool=pool)
-    stats += s
+    if score_fn is None:
+      rewards_B, s = rewards.score(texts, golds, timeout_s=timeout_s, pool=pool)
+    else:
+      rewards_B, s = score_fn(texts, golds)
+    if s is not None:
+      stats += s
     for b, i in enumerate(batch.prompt_index_B):
       row = start + int(i)
       correct_PxK[row, filled_P[row]] = rewards_B[b] > 0
@@ -82,7 +86,7 @@ def evaluate(engine, tokenizer, suite: Mapping[str, Sequence[Problem]], *,
              ks: Sequence[int] | None = None,
              pool: rewards.VerifierPool | None = None,
              timeout_s: float = rewards.DEFAULT_TIMEOUT_S,
-             add_special_tokens: bool = False) -> EvalReport:
+             add_special_tokens: bool = False, score_fn=None) -> EvalReport:
   """Samples ``k`` responses per problem and reports pass@1 and pass@k.
 
   Args:
@@ -99,6 +103,9 @@ def evaluate(engine, tokenizer, suite: Mapping[str, Sequence[Problem]], *,
     pool: verifier pool; default `graft_jax.rewards.default_pool()`.
     timeout_s: per-answer verification budget (a timeout scores 0).
     add_special_tokens: passed to ``tokenizer.encode`` (e.g. to add BOS).
+    score_fn: ``(texts, golds) -> (rewards, stats or None)`` in place of
+      math-verify (a training run validates with its own reward); ``pool``
+      and ``timeout_s`` are then unused.
 
   Returns:
     An `EvalReport`; ``report.table()`` prints, ``report.write_json(path)``.
@@ -115,7 +122,7 @@ def evaluate(engine, tokenizer, suite: Mapping[str, Sequence[Problem]], *,
     result = _run_benchmark(
         name, list(problems), engine, tokenizer, k=k, sampling=sampling,
         template=template, batch_size=batch_size, ks=ks, pool=pool,
-        timeout_s=timeout_s, add_special_tokens=add_special_tokens)
+        timeout_s=timeout_s, add_special_tokens=add_special_tokens, score_fn=score_fn)
     logging.info("%s: pass@1 %.4f over %d problems (%.1f s)", name,
                  result.pass_at[1], result.num_problems,
                  time.perf_counter() - start)

@@ -113,13 +113,17 @@ class RewardConfig:
 
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
+  """Validation during training (``graft_jax.train.validation``): every policy's
+  held-out pass@1 after every ``every_steps`` steps and after the last."""
   every_steps: int = 5  # 0 disables
   temperature: float = 0.6
   top_p: float = 0.95
   k: int = 8  # samples per problem; pass@1 is their mean correctness
+  # 'synthetic': held-out problems of data.synthetic's families, one benchmark per
+  # family; any other name: <data_dir>/<name>.jsonl (or .json / .parquet).
   suite: tuple[str, ...] = ('math500', 'aime24', 'aime25', 'amc23', 'minerva')
   data_dir: str = ''
-  max_examples: int = 0  # per benchmark; 0 = all
+  max_examples: int = 0  # per benchmark; 0 = all (64 per synthetic family)
 
 
 @dataclasses.dataclass(frozen=True)

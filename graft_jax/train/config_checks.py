@@ -168,6 +168,8 @@ def _check_io(cfg) -> None:
   _check_range(cfg, 'eval.top_p', lo=0, hi=1, lo_open=True)
   _check_range(cfg, 'eval.k', lo=1)
   _check_range(cfg, 'eval.max_examples', lo=0)
+  if cfg.eval.every_steps and not cfg.eval.suite:
+    raise ConfigError('eval.suite is empty; name a benchmark or set eval.every_steps=0')
   _check_range(cfg, 'checkpoint.every_steps', lo=0)
   _check_range(cfg, 'checkpoint.keep', lo=1)
   _check_range(cfg, 'logging.every_steps', lo=1)
@@ -196,8 +198,8 @@ def check_paths(cfg: Any) -> None:
     needed.append(('model_b.path', cfg.model_b.path))
   if cfg.data.format != 'synthetic':
     needed.append(('data.train_path', cfg.data.train_path))
-  if cfg.eval.every_steps and cfg.eval.data_dir:
-    needed.append(('eval.data_dir', cfg.eval.data_dir))
+  if cfg.eval.every_steps and any(name != 'synthetic' for name in cfg.eval.suite):
+    needed.append(('eval.data_dir', cfg.eval.data_dir))  # the suite's benchmark files
   if cfg.engine == 'vllm':
     needed.append(('vllm.python', cfg.vllm.python))
   _require(needed)

@@ -12,7 +12,8 @@ import jax.numpy as jnp
 from graft_jax import data
 from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.train.config import check_paths
-from graft_jax.train.trainer import Trainer
+from graft_jax.train.trainer import Trainer, default_reward
+from graft_jax.train.validation import Validator
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,12 @@ def build_trainer(cfg, *, reward_fn=None) -> Trainer:
   """
   ensure_toy_pair_if_named(cfg)
   check_paths(cfg)
-  trainer = Trainer(cfg, load_train_problems(cfg), load_models(cfg), reward_fn=reward_fn)
+  if reward_fn is None:
+    reward_fn = default_reward(cfg)
+  problems = load_train_problems(cfg)
+  # The suite loads (and fails on a bad file) before the models do.
+  validator = Validator.from_config(cfg, reward_fn, problems)
+  trainer = Trainer(cfg, problems, load_models(cfg), reward_fn=reward_fn, validator=validator)
   if cfg.engine == "vllm":
     attach_engines(trainer, functools.partial(vllm_engine, cfg))
   return trainer

@@ -18,7 +18,7 @@ from graft_jax.train import peer_log
 from graft_jax.train.capability import CapabilityTracker
 from graft_jax.train.checkpoint import Checkpointer
 from graft_jax.train.data_stream import PromptStream
-from graft_jax.train.metrics import MetricsWriter
+from graft_jax.train.metrics import MetricsWriter, read_jsonl
 from graft_jax.train.policy import make_policy
 from graft_jax.train.replay import ReplaySource
 from graft_jax.train.step import train_step
@@ -35,6 +35,27 @@ def _unflat(flat, like):
   return jax.tree.unflatten(jax.tree.structure(like), leaves)
 
 
+def default_reward(cfg):
+  """The math-verify reward, ``(texts, golds) -> (rewards, stats)``, with the config's timeout."""
+  from graft_jax import rewards
+  return lambda texts, golds: rewards.score(texts, golds, timeout_s=cfg.reward.timeout_s)
+
+
+def _eval_history(path: pathlib.Path, names, *, before_step: int) -> dict:
+  """``{name: [(step, average pass@1)]}`` from a resumed run's metrics.jsonl."""
+  history: dict = {name: [] for name in names}
+  if before_step == 0 or not path.exists():
+    return history
+  for record in read_jsonl(path):
+    if record["step"] >= before_step:
+      continue
+    for name in names:
+      value = record.get(f"{name}/eval/average")
+      if value is not None:
+        history[name].append((record["step"], value))
+  return history
+
+
 class Trainer:
   """Owns the policies, the prompt stream, the reward, and everything the run writes.
 
@@ -46,16 +67,15 @@ class Trainer:
     reward_fn: ``(texts, golds) -> (rewards, stats)``; the math-verify
       reward by default.
     mesh: optional device mesh; parameters and minibatches are sharded on it.
+    validator: optional ``graft_jax.train.validation.Validator``; its held-out
+      pass@1 goes into the step's metrics as ``<name>/eval/...`` when due.
   """
 
-  def __init__(self, cfg, problems, models: dict, reward_fn=None, mesh=None):
+  def __init__(self, cfg, problems, models: dict, reward_fn=None, mesh=None, validator=None):
     self.cfg = cfg
     self.workdir = pathlib.Path(cfg.workdir)
     self.workdir.mkdir(parents=True, exist_ok=True)
-    if reward_fn is None:
-      from graft_jax import rewards
-      reward_fn = lambda texts, golds: rewards.score(texts, golds, timeout_s=cfg.reward.timeout_s)
-    self.reward_fn = reward_fn
+    self.reward_fn = default_reward(cfg) if reward_fn is None else reward_fn
     # Models come in order (A first); the config's names key logs and metrics.
     names = [cfg.model_a.name, cfg.model_b.name][:len(models)]
     models = dict(zip(names, models.values()))
@@ -82,8 +102,12 @@ class Trainer:
     self.checkpointer = Checkpointer(cfg.checkpoint_dir, every_steps=cfg.checkpoint.every_steps,
                                      keep=cfg.checkpoint.keep, async_save=False)
     self.step = 0
+    self.validator = validator
     if cfg.checkpoint.resume:
       self._restore()
+    if validator is not None:
+      validator.history = _eval_history(self.workdir / "metrics.jsonl", list(self.policies),
+                                        before_step=self.step)
 
   # -- checkpoints ---------------------------------------------------------
 
@@ -164,9 +188,17 @@ class Trainer:
       while self.step < total:
         step = self.step
         metrics = self.run_step()
+        if self.validator is not None and self.validator.due(step, total):
+          t0 = time.perf_counter()
+          for name, m in self.validator.run(self.policies, step).items():
+            metrics[name]["eval"] = m
+          metrics["time"]["eval_s"] = time.perf_counter() - t0
         out.append(writer.write(step, metrics))
     self.save(force=True)
     self.checkpointer.wait()
+    if self.validator is not None:
+      for name, (step, value) in self.validator.best().items():
+        log.info("%s: best validation pass@1 %.4f after step %d", name, value, step)
     return out
 
   def export_hf(self, out_root) -> dict:

@@ -193,6 +193,14 @@ def test_check_paths(tmp_path):
   with pytest.raises(FileNotFoundError, match='data.train_path: no such'):
     config_lib.check_paths(config_lib.from_config_dict(d))
   data.write_text('{}\n')
+  # Validation every 5 steps on the paper's benchmarks needs their folder.
+  with pytest.raises(FileNotFoundError, match='eval.data_dir is not set'):
+    config_lib.check_paths(config_lib.from_config_dict(d))
+  d['eval']['data_dir'] = str(tmp_path)
+  config_lib.check_paths(config_lib.from_config_dict(d))
+  d['eval'].update(every_steps=0, data_dir='')
+  config_lib.check_paths(config_lib.from_config_dict(d))
+  d['eval'].update(every_steps=5, suite=('synthetic',))
   config_lib.check_paths(config_lib.from_config_dict(d))
   d['engine'] = 'vllm'
   d['vllm']['python'] = str(tmp_path / 'missing' / 'python')

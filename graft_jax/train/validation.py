@@ -1,0 +1,140 @@
+"""Validation during training: held-out pass@1 of every policy every ``eval.every_steps`` steps.
+
+The paper validates every 5 steps (T=0.6, top-p 0.95, 8 samples per problem,
+pass@1 averaged over its benchmarks) and reports the best checkpoint of that
+sweep, with the same rule for every method. A ``Validator`` samples through
+each policy's own rollout engine (the JAX sampler or its vLLM sidecar, which
+serve the current weights) with the run's reward, and keeps the history so a
+run can name its best step.
+
+Sampling seeds are fixed per evaluation and never touch the training keys, so
+a run with validation trains exactly as the same run without it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import pathlib
+import time
+
+from graft_jax import data
+from graft_jax import eval as eval_lib
+from graft_jax.rollout import SamplingParams
+
+log = logging.getLogger(__name__)
+
+SYNTHETIC = "synthetic"
+_SUFFIXES = (".jsonl", ".json", ".parquet")
+SYNTHETIC_DEFAULT_SIZE = 64  # per family when eval.max_examples is 0
+_EVAL_SEED_OFFSET = 10_000  # held-out synthetic problems: a seed the training pool never uses
+
+
+def benchmark_file(data_dir: str, name: str) -> pathlib.Path:
+  """``<data_dir>/<name>.jsonl`` (or .json / .parquet): the first that exists."""
+  for suffix in _SUFFIXES:
+    path = pathlib.Path(data_dir, name + suffix)
+    if path.is_file():
+      return path
+  raise FileNotFoundError(
+      f"eval.suite names {name!r}: no {name}.jsonl, {name}.json or {name}.parquet in "
+      f"eval.data_dir {data_dir!r}")
+
+
+def eval_suite(cfg, train_problems=()) -> dict[str, list]:
+  """The problems ``cfg.eval`` names, benchmark by benchmark.
+
+  ``synthetic`` is one benchmark per family of ``cfg.data.synthetic``, disjoint
+  from ``train_problems``: ``synthetic/<family>``. Any other name is a
+  MATH-format file in ``eval.data_dir``. ``eval.max_examples`` caps each
+  benchmark (0: all; 64 per synthetic family).
+  """
+  e = cfg.eval
+  limit = e.max_examples or None
+  suite: dict[str, list] = {}
+  for name in e.suite:
+    if name == SYNTHETIC:
+      s = cfg.data.synthetic
+      seen = {p.problem for p in train_problems}
+      per_family = limit or SYNTHETIC_DEFAULT_SIZE
+      for family in s.families:
+        suite[f"{SYNTHETIC}/{family}"] = data.make_synthetic(
+            family, per_family, seed=s.seed + _EVAL_SEED_OFFSET, difficulty=s.difficulty,
+            exclude=seen)
+      continue
+    if not e.data_dir:
+      raise FileNotFoundError(
+          f"eval.suite names the file benchmark {name!r} but eval.data_dir is not set; "
+          f"set eval.data_dir, or eval.every_steps=0 to train without validation")
+    path = benchmark_file(e.data_dir, name)
+    problems, stats = data.load_problems(path, source=name, limit=limit)
+    log.info("validation benchmark %s: %s", name, stats)
+    if not problems:
+      raise ValueError(f"validation benchmark {name}: no problems in {path}")
+    suite[name] = problems
+  return suite
+
+
+@dataclasses.dataclass
+class Validator:
+  """Evaluates policies on a fixed suite; ``history[name]`` is ``[(step, average pass@1)]``.
+
+  Args:
+    suite: benchmark name -> problems (see ``eval_suite``).
+    every_steps: validate after each step ``s`` with ``(s + 1) % every_steps == 0``,
+      and after the last step.
+    k, temperature, top_p, seed: the eval sampling (``cfg.eval``, ``cfg.seed``).
+    max_new_tokens: the run's response budget.
+    prompt_suffix: the training prompt's suffix, so validation prompts are the
+      training ones (problem + suffix, no special tokens).
+    score_fn: ``(texts, golds) -> (rewards, stats)``, the run's reward.
+  """
+
+  suite: dict
+  every_steps: int
+  k: int
+  temperature: float
+  top_p: float
+  seed: int
+  max_new_tokens: int
+  prompt_suffix: str
+  score_fn: object
+  batch_size: int = 64
+  history: dict = dataclasses.field(default_factory=dict)
+
+  @classmethod
+  def from_config(cls, cfg, score_fn, train_problems=()) -> "Validator | None":
+    """None when ``eval.every_steps`` is 0."""
+    if not cfg.eval.every_steps:
+      return None
+    e = cfg.eval
+    return cls(eval_suite(cfg, train_problems), every_steps=e.every_steps, k=e.k,
+               temperature=e.temperature, top_p=e.top_p, seed=cfg.seed,
+               max_new_tokens=cfg.max_response_len, prompt_suffix=cfg.data.prompt_suffix,
+               score_fn=score_fn)
+
+  def due(self, step: int, total: int) -> bool:
+    """Whether to validate after (0-based) ``step`` of a ``total``-step run."""
+    return (step + 1) % self.every_steps == 0 or step + 1 == total
+
+  def run(self, policies: dict, step: int) -> dict:
+    """``{name: {benchmark: pass@1, ..., "average": ...}}`` for the current weights."""
+    template = data.PromptTemplate("{problem}" + self.prompt_suffix)
+    sampling = SamplingParams(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+                              top_p=self.top_p, seed=self.seed + _EVAL_SEED_OFFSET)
+    out = {}
+    for name, policy in policies.items():
+      t0 = time.perf_counter()
+      report = eval_lib.evaluate(policy.engine, policy.tokenizer, self.suite, k=self.k,
+                                 sampling=sampling, template=template,
+                                 batch_size=self.batch_size, ks=(1,), score_fn=self.score_fn)
+      metrics = {r.name: r.pass_at[1] for r in report.results}
+      metrics["average"] = report.average[1]
+      metrics["seconds"] = time.perf_counter() - t0
+      self.history.setdefault(name, []).append((step, metrics["average"]))
+      out[name] = metrics
+    return out
+
+  def best(self) -> dict:
+    """``{name: (step, average pass@1)}`` of the best validation so far (earliest on ties)."""
+    return {name: max(h, key=lambda x: (x[1], -x[0])) for name, h in self.history.items() if h}
