@@ -57,6 +57,11 @@ class Decoder(nnx.Module):
 
   def __call__(self, ids_BxT, attn_mask_BxT=None, positions_BxT=None):
     """fp32 logits_BxTxV; rows may be padded on either side via `attn_mask_BxT`."""
+    return self.logits(self.hidden(ids_BxT, attn_mask_BxT, positions_BxT))
+
+  def hidden(self, ids_BxT, attn_mask_BxT=None, positions_BxT=None):
+    """The last block's output x_BxTxD (before the final norm): `logits(hidden(...))` is
+    `__call__`, and a caller that needs a few positions' logits projects only those."""
     b, t = ids_BxT.shape
     if attn_mask_BxT is None:
       attn_mask_BxT = jnp.ones((b, t), bool)
@@ -68,14 +73,16 @@ class Decoder(nnx.Module):
     x_BxTxD = self.embed(ids_BxT)
     for block in self.layers:
       x_BxTxD, _ = block(x_BxTxD, positions_BxT, mask_BxTxT)
-    return self.logits(x_BxTxD)
+    return x_BxTxD
 
   def forward_cached(self, ids_BxT, positions_BxT, kv_mask_BxS, cache: KVCache,
-                     cache_index):
+                     cache_index, *, last_only: bool = False):
     """Writes this chunk's keys at slots [cache_index, cache_index + T) and attends.
 
     `kv_mask_BxS` marks cache slots holding real tokens (this chunk's included).
-    Returns (logits_BxTxV fp32, new_cache).
+    Returns (logits_BxTxV fp32, new_cache); with `last_only`, logits_Bx1xV of the
+    chunk's last position (a prefill needs no more, and a 2048-token prompt's
+    full logits would be 2048 x V floats per row).
     """
     t = ids_BxT.shape[1]
     s = kv_mask_BxS.shape[1]
@@ -88,6 +95,8 @@ class Decoder(nnx.Module):
       x_BxTxD, layer_cache = block(x_BxTxD, positions_BxT, mask_BxTxS, layer_cache,
                                    cache_index)
       new_cache.append(layer_cache)
+    if last_only:
+      x_BxTxD = x_BxTxD[:, -1:]
     return self.logits(x_BxTxD), tuple(new_cache)
 
   def init_cache(self, batch: int, max_len: int, dtype=None) -> KVCache:

@@ -17,18 +17,45 @@ import numpy as np
 from flax import nnx
 
 
-def token_logprobs(model, ids_BxT, attn_mask_BxT, *, temperature=1.0):
+LOGITS_CHUNK = 512  # positions per logits block in `token_logprobs`
+
+
+def token_logprobs(model, ids_BxT, attn_mask_BxT, *, temperature=1.0, chunk=LOGITS_CHUNK):
   """logp_BxT[b, t] = log softmax(logits(ids[b, :t]) / temperature)[ids[b, t]].
 
   Column 0 (no context) and masked positions are 0. Rows may be right- or
   left-padded; positions follow `attn_mask_BxT`. Returns float32.
+
+  The logits are formed ``chunk`` positions at a time (``jax.lax.map`` over
+  blocks, each under ``jax.checkpoint``), so neither the forward pass nor its
+  gradient holds a B x T x V array: at T = 6144 and a 152k vocabulary that
+  would be 3.7 GB per row in fp32. Each position's value is the same
+  computation as in the full logits. ``chunk=None`` forms them all at once.
   """
   mask_BxT = attn_mask_BxT.astype(bool)
-  logits_BxTxV = model(ids_BxT, mask_BxT) / temperature
-  next_ids_BxT1 = ids_BxT[:, 1:]
-  picked_BxT1 = jnp.take_along_axis(logits_BxTxV[:, :-1], next_ids_BxT1[..., None],
-                                    axis=-1)[..., 0]
-  logp_BxT1 = picked_BxT1 - jax.nn.logsumexp(logits_BxTxV[:, :-1], axis=-1)
+  x_BxTxD = model.hidden(ids_BxT, mask_BxT)
+  # Position t's logits score token t + 1.
+  x_BxT1xD, next_ids_BxT1 = x_BxTxD[:, :-1], ids_BxT[:, 1:]
+
+  def block_logp(x_BxCxD, ids_BxC):
+    logits_BxCxV = model.logits(x_BxCxD) / temperature
+    picked_BxC = jnp.take_along_axis(logits_BxCxV, ids_BxC[..., None], axis=-1)[..., 0]
+    return picked_BxC - jax.nn.logsumexp(logits_BxCxV, axis=-1)
+
+  b, t1, d = x_BxT1xD.shape
+  if chunk is None or t1 <= chunk:
+    logp_BxT1 = block_logp(x_BxT1xD, next_ids_BxT1)
+  else:
+    blocks = -(-t1 // chunk)
+    pad = blocks * chunk - t1
+    x_NxBxCxD = jnp.pad(x_BxT1xD, ((0, 0), (0, pad), (0, 0))).reshape(
+        b, blocks, chunk, d).swapaxes(0, 1)
+    ids_NxBxC = jnp.pad(next_ids_BxT1, ((0, 0), (0, pad))).reshape(
+        b, blocks, chunk).swapaxes(0, 1)
+    # Under checkpoint, the backward pass recomputes each block's logits instead
+    # of keeping all of them.
+    logp_NxBxC = jax.lax.map(lambda xs: jax.checkpoint(block_logp)(*xs), (x_NxBxCxD, ids_NxBxC))
+    logp_BxT1 = logp_NxBxC.swapaxes(0, 1).reshape(b, blocks * chunk)[:, :t1]
   logp_BxT = jnp.pad(logp_BxT1, ((0, 0), (1, 0)))
   return jnp.where(mask_BxT, logp_BxT, 0.0).astype(jnp.float32)
 

@@ -46,9 +46,9 @@ def prefill(model, prompt_ids_PxL, prompt_mask_PxL, max_new: int, cache_dtype=No
   mask_PxL = prompt_mask_PxL.astype(bool)
   cache = model.init_cache(p, l + max_new, cache_dtype)
   kv_mask_PxS = jnp.concatenate([mask_PxL, jnp.zeros((p, max_new), bool)], axis=1)
-  logits_PxLxV, cache = model.forward_cached(
-      prompt_ids_PxL, positions_from_mask(mask_PxL), kv_mask_PxS, cache, 0)
-  return logits_PxLxV[:, -1], cache, kv_mask_PxS, mask_PxL.sum(axis=1).astype(jnp.int32)
+  logits_Px1xV, cache = model.forward_cached(
+      prompt_ids_PxL, positions_from_mask(mask_PxL), kv_mask_PxS, cache, 0, last_only=True)
+  return logits_Px1xV[:, 0], cache, kv_mask_PxS, mask_PxL.sum(axis=1).astype(jnp.int32)
 
 
 def decode(model, key, logits_BxV, cache, kv_mask_BxS, positions_B, done_B, *, prompt_len: int,
