@@ -75,7 +75,9 @@ def defaults():
   c.vllm = ml_collections.ConfigDict(dict(
       python='.venv-vllm/bin/python', gpu_memory_utilization=0.4,
       tensor_parallel_size=1, dtype='bfloat16', max_model_len=0,
-      enforce_eager=False, enable_prefix_caching=True, startup_timeout_s=600.0))
+      enforce_eager=False, enable_prefix_caching=True, startup_timeout_s=600.0,
+      check_every=10, probe_tolerance=0.0, max_restarts=2, request_timeout_s=3600.0,
+      health_every_s=10.0, max_concurrency=64))
   c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
   return c
 

@@ -154,6 +154,13 @@ class VllmConfig:
   enforce_eager: bool = False
   enable_prefix_caching: bool = True
   startup_timeout_s: float = 600.0
+  # Recovery and checks (graft_jax.rollout.vllm_engine.VLLMEngine).
+  check_every: int = 10  # probe vLLM against JAX on sync 1 and every N syncs; 0: after starts only
+  probe_tolerance: float = 0.0  # 0: 1e-3 when both sides run float32, else 0.25
+  max_restarts: int = 2  # per rollout call, before the run stops with the server's log
+  request_timeout_s: float = 3600.0
+  health_every_s: float = 10.0  # /health poll while requests run; 3 misses = a hung server
+  max_concurrency: int = 64  # parallel HTTP requests (one per prompt)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -177,6 +177,12 @@ def _check_io(cfg) -> None:
   _check_range(cfg, 'vllm.gpu_memory_utilization', lo=0, hi=1, lo_open=True)
   _check_range(cfg, 'vllm.tensor_parallel_size', lo=1)
   _check_range(cfg, 'vllm.startup_timeout_s', lo=0, lo_open=True)
+  _check_range(cfg, 'vllm.check_every', lo=0)
+  _check_range(cfg, 'vllm.probe_tolerance', lo=0)
+  _check_range(cfg, 'vllm.max_restarts', lo=0)
+  _check_range(cfg, 'vllm.request_timeout_s', lo=0, lo_open=True)
+  _check_range(cfg, 'vllm.health_every_s', lo=0, lo_open=True)
+  _check_range(cfg, 'vllm.max_concurrency', lo=1)
   need = cfg.max_prompt_len + cfg.max_response_len
   if cfg.engine == 'vllm' and 0 < v.max_model_len < need:
     raise ConfigError(

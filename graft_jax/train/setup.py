@@ -56,7 +56,14 @@ def vllm_engine(cfg, name: str, model, tokenizer):
   opts["max_model_len"] = v.max_model_len or cfg.max_prompt_len + cfg.max_response_len
   return VLLMEngine(model, eos_ids=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
                     run_dir=pathlib.Path(cfg.workdir, "vllm", name), options=SidecarOptions(**opts),
-                    name=name)
+                    name=name, **vllm_engine_settings(v))
+
+
+def vllm_engine_settings(v) -> dict:
+  """``VLLMEngine``'s recovery and check settings from a ``VllmConfig``."""
+  return dict(check_every=v.check_every, probe_tolerance=v.probe_tolerance or None,
+              max_restarts=v.max_restarts, request_timeout_s=v.request_timeout_s,
+              health_every_s=v.health_every_s, max_concurrency=v.max_concurrency)
 
 
 def attach_engines(trainer: Trainer, make_engine) -> None:

@@ -124,6 +124,10 @@ INVALID = [
     (dict(checkpoint__keep=0), 'checkpoint.keep must be >= 1, got 0'),
     (dict(vllm__gpu_memory_utilization=1.5),
      'vllm.gpu_memory_utilization must be in (0, 1], got 1.5'),
+    (dict(vllm__max_restarts=-1), 'vllm.max_restarts must be >= 0, got -1'),
+    (dict(vllm__health_every_s=0.0), 'vllm.health_every_s must be > 0, got 0'),
+    (dict(vllm__max_concurrency=0), 'vllm.max_concurrency must be >= 1, got 0'),
+    (dict(vllm__probe_tolerance=-1e-3), 'vllm.probe_tolerance must be >= 0'),
     (dict(engine='vllm', vllm__max_model_len=4096),
      'vllm.max_model_len (4096) must be 0 or >= max_prompt_len + '
      'max_response_len (6144)'),
@@ -223,3 +227,19 @@ def test_apply_overrides_sets_typed_fields_and_names_bad_ones():
                       ("lr", "must look like")):
     with pytest.raises(config_lib.config_checks.ConfigError, match=needle):
       config_lib.apply_overrides(cd, [bad])
+
+
+def test_vllm_engine_settings_follow_the_config():
+  """Every VLLMEngine recovery/check argument comes from cfg.vllm (0 tolerance: by dtype)."""
+  import inspect
+  from graft_jax.rollout.vllm_engine import VLLMEngine
+  from graft_jax.train.setup import vllm_engine_settings
+  d = _with(vllm__check_every=3, vllm__probe_tolerance=0.0, vllm__max_restarts=5,
+            vllm__request_timeout_s=60.0, vllm__health_every_s=2.5, vllm__max_concurrency=7)
+  got = vllm_engine_settings(config_lib.from_config_dict(d).vllm)
+  assert got == dict(check_every=3, probe_tolerance=None, max_restarts=5,
+                     request_timeout_s=60.0, health_every_s=2.5, max_concurrency=7)
+  d['vllm']['probe_tolerance'] = 0.01
+  assert vllm_engine_settings(config_lib.from_config_dict(d).vllm)['probe_tolerance'] == 0.01
+  params = inspect.signature(VLLMEngine).parameters
+  assert set(got) <= set(params) and all(params[k].kind == params[k].KEYWORD_ONLY for k in got)
