@@ -35,17 +35,24 @@ def token_logprobs(model, ids_BxT, attn_mask_BxT, *, temperature=1.0, chunk=LOGI
   mask_BxT = attn_mask_BxT.astype(bool)
   x_BxTxD = model.hidden(ids_BxT, mask_BxT)
   # Position t's logits score token t + 1.
-  x_BxT1xD, next_ids_BxT1 = x_BxTxD[:, :-1], ids_BxT[:, 1:]
+  next_ids_BxT1 = ids_BxT[:, 1:]
 
-  def block_logp(x_BxCxD, ids_BxC):
-    logits_BxCxV = model.logits(x_BxCxD) / temperature
+  def picked_logp(logits_BxCxV, ids_BxC):
     picked_BxC = jnp.take_along_axis(logits_BxCxV, ids_BxC[..., None], axis=-1)[..., 0]
     return picked_BxC - jax.nn.logsumexp(logits_BxCxV, axis=-1)
 
-  b, t1, d = x_BxT1xD.shape
+  def block_logp(x_BxCxD, ids_BxC):
+    return picked_logp(model.logits(x_BxCxD) / temperature, ids_BxC)
+
+  b, t, d = x_BxTxD.shape
+  t1 = t - 1
   if chunk is None or t1 <= chunk:
-    logp_BxT1 = block_logp(x_BxT1xD, next_ids_BxT1)
+    # One projection of all T positions, as `model(ids)` gives them (the last one
+    # is unused): short sequences keep the exact float results they always had.
+    logits_BxTxV = model.logits(x_BxTxD) / temperature
+    logp_BxT1 = picked_logp(logits_BxTxV[:, :-1], next_ids_BxT1)
   else:
+    x_BxT1xD = x_BxTxD[:, :-1]
     blocks = -(-t1 // chunk)
     pad = blocks * chunk - t1
     x_NxBxCxD = jnp.pad(x_BxT1xD, ((0, 0), (0, pad), (0, 0))).reshape(
