@@ -18,7 +18,7 @@ from graft_jax.train import peer_log
 from graft_jax.train.capability import CapabilityTracker
 from graft_jax.train.checkpoint import Checkpointer
 from graft_jax.train.data_stream import PromptStream
-from graft_jax.train.metrics import MetricsWriter, read_jsonl
+from graft_jax.train.metrics import MetricsWriter
 from graft_jax.train.policy import make_policy
 from graft_jax.train.replay import ReplaySource
 from graft_jax.train.step import train_step
@@ -39,21 +39,6 @@ def default_reward(cfg):
   """The math-verify reward, ``(texts, golds) -> (rewards, stats)``, with the config's timeout."""
   from graft_jax import rewards
   return lambda texts, golds: rewards.score(texts, golds, timeout_s=cfg.reward.timeout_s)
-
-
-def _eval_history(path: pathlib.Path, names, *, before_step: int) -> dict:
-  """``{name: [(step, average pass@1)]}`` from a resumed run's metrics.jsonl."""
-  history: dict = {name: [] for name in names}
-  if before_step == 0 or not path.exists():
-    return history
-  for record in read_jsonl(path):
-    if record["step"] >= before_step:
-      continue
-    for name in names:
-      value = record.get(f"{name}/eval/average")
-      if value is not None:
-        history[name].append((record["step"], value))
-  return history
 
 
 class Trainer:
@@ -106,8 +91,7 @@ class Trainer:
     if cfg.checkpoint.resume:
       self._restore()
     if validator is not None:
-      validator.history = _eval_history(self.workdir / "metrics.jsonl", list(self.policies),
-                                        before_step=self.step)
+      validator.resume(self.workdir / "metrics.jsonl", list(self.policies), before_step=self.step)
 
   # -- checkpoints ---------------------------------------------------------
 

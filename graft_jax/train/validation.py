@@ -14,20 +14,19 @@ a run with validation trains exactly as the same run without it.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import pathlib
 import time
 
 from graft_jax import data
 from graft_jax import eval as eval_lib
 from graft_jax.rollout import SamplingParams
+from graft_jax.train.metrics import read_jsonl
 
-log = logging.getLogger(__name__)
 
 SYNTHETIC = "synthetic"
 _SUFFIXES = (".jsonl", ".json", ".parquet")
 SYNTHETIC_DEFAULT_SIZE = 64  # per family when eval.max_examples is 0
-_EVAL_SEED_OFFSET = 10_000  # held-out synthetic problems: a seed the training pool never uses
+_EVAL_SEED_OFFSET = 10_000  # added to the run's seeds for held-out problems and eval sampling
 
 
 def benchmark_file(data_dir: str, name: str) -> pathlib.Path:
@@ -51,28 +50,28 @@ def eval_suite(cfg, train_problems=()) -> dict[str, list]:
   """
   e = cfg.eval
   limit = e.max_examples or None
-  suite: dict[str, list] = {}
+  order, synthetic, files = [], {}, {}
   for name in e.suite:
     if name == SYNTHETIC:
       s = cfg.data.synthetic
       seen = {p.problem for p in train_problems}
-      per_family = limit or SYNTHETIC_DEFAULT_SIZE
       for family in s.families:
-        suite[f"{SYNTHETIC}/{family}"] = data.make_synthetic(
-            family, per_family, seed=s.seed + _EVAL_SEED_OFFSET, difficulty=s.difficulty,
-            exclude=seen)
+        key = f"{SYNTHETIC}/{family}"
+        synthetic[key] = data.make_synthetic(
+            family, limit or SYNTHETIC_DEFAULT_SIZE, seed=s.seed + _EVAL_SEED_OFFSET,
+            difficulty=s.difficulty, exclude=seen)
+        order.append(key)
       continue
     if not e.data_dir:
       raise FileNotFoundError(
           f"eval.suite names the file benchmark {name!r} but eval.data_dir is not set; "
           f"set eval.data_dir, or eval.every_steps=0 to train without validation")
-    path = benchmark_file(e.data_dir, name)
-    problems, stats = data.load_problems(path, source=name, limit=limit)
-    log.info("validation benchmark %s: %s", name, stats)
-    if not problems:
-      raise ValueError(f"validation benchmark {name}: no problems in {path}")
-    suite[name] = problems
-  return suite
+    files[name] = benchmark_file(e.data_dir, name)
+    order.append(name)
+  # The benchmarks' shared loader: every file checked first, counts logged, empty refused.
+  loaded = data.load_suite(files, limit=limit)[0] if files else {}
+  both = {**synthetic, **loaded}
+  return {name: both[name] for name in order}
 
 
 @dataclasses.dataclass
@@ -134,6 +133,17 @@ class Validator:
       self.history.setdefault(name, []).append((step, metrics["average"]))
       out[name] = metrics
     return out
+
+  def resume(self, metrics_path: pathlib.Path, names, *, before_step: int) -> None:
+    """Rebuilds ``history`` from a resumed run's metrics.jsonl (its steps before ``before_step``)."""
+    self.history = {name: [] for name in names}
+    if before_step == 0 or not pathlib.Path(metrics_path).exists():
+      return
+    for record in read_jsonl(metrics_path):
+      for name in names:
+        value = record.get(f"{name}/eval/average")
+        if record["step"] < before_step and value is not None:
+          self.history[name].append((record["step"], value))
 
   def best(self) -> dict:
     """``{name: (step, average pass@1)}`` of the best validation so far (earliest on ties)."""
