@@ -35,7 +35,7 @@ demo: $(STAMP)
 	$(VENV)/bin/python launch/toy_job.py
 
 test: $(STAMP) $(VLLM_STAMP)
-	$(VENV)/bin/python -m pytest -q tests
+	$(VENV)/bin/python -m pytest tests
 
 clean-venv:
 	rm -rf $(VENV) $(VLLM_VENV)
