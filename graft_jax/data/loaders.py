@@ -6,8 +6,9 @@ Field names of the common releases are accepted (case-insensitive):
                  of ``solution``
   optional:      ``solution``; ``family`` / ``subject`` / ``type`` -> family;
                  ``difficulty`` / ``level`` ("Level 3" or 3) -> difficulty
-A malformed row raises `DataError` naming file, line and field, or, with
-``skip_malformed=True``, is skipped and counted in the returned `LoadStats`.
+A malformed row (bytes that are not UTF-8 included) raises `DataError` naming
+file, line and field, or, with ``skip_malformed=True``, is skipped and counted
+in the returned `LoadStats`.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class LoadStats:
   path: str
   rows: int = 0
   loaded: int = 0
-  skipped: dict[str, int] = dataclasses.field(default_factory=dict)  # by field
+  skipped: dict[str, int] = dataclasses.field(default_factory=dict)  # by field, or <encoding>
   duplicates: int = 0  # repeated problem texts, kept with an id suffix
   examples: list[str] = dataclasses.field(default_factory=list)  # first errors
 
@@ -139,7 +140,7 @@ def load_problems(path: str | pathlib.Path, *, source: str | None = None,
     except DataError as e:
       if not skip_malformed:
         raise
-      stats.skipped[e.field] = stats.skipped.get(e.field, 0) + 1
+      stats.skipped[e.reason] = stats.skipped.get(e.reason, 0) + 1
       if len(stats.examples) < _MAX_EXAMPLES:
         stats.examples.append(str(e))
       continue
@@ -151,7 +152,7 @@ def load_problems(path: str | pathlib.Path, *, source: str | None = None,
     problems.append(dataclasses.replace(p, id=pid))
   stats.loaded = len(problems)
   if stats.num_skipped:
-    logging.warning("%s: skipped %d of %d rows (by field: %s); first: %s",
+    logging.warning("%s: skipped %d of %d rows (by reason: %s); first: %s",
                     path, stats.num_skipped, stats.rows, stats.skipped,
                     stats.examples[0])
   return problems, stats

@@ -2,24 +2,33 @@
 
 Only parsing lives here; what a row must contain is checked in `loaders.py`.
 Every row comes with a human-readable location ("line 12", "row 7") so bad
-input can be reported by file, line and field.
+input can be reported by file, line and field. Bytes that are not UTF-8 do not
+stop the read: they make their row a `DataError` naming the field that holds
+them, so ``skip_malformed`` can skip and count it like any other bad row.
 """
 
 from __future__ import annotations
 
 import json
 import pathlib
+import re
 from typing import Iterator
 
 SUFFIXES = (".jsonl", ".json", ".parquet")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class DataError(ValueError):
-  """A malformed data file or row; the message names file, line and field."""
+  """A malformed data file or row; the message names file, line and field.
 
-  def __init__(self, path, where: str, field: str, message: str):
+  ``reason`` is what skip counts are keyed by: the field, or ``<encoding>``
+  for bytes that are not UTF-8.
+  """
+
+  def __init__(self, path, where: str, field: str, message: str, *, reason: str | None = None):
     super().__init__(f"{path}: {where}: field '{field}': {message}")
     self.path, self.where, self.field = str(path), where, field
+    self.reason = reason or field
 
 
 def read_rows(path: str | pathlib.Path) -> Iterator[tuple[str, object]]:
@@ -33,31 +42,71 @@ def read_rows(path: str | pathlib.Path) -> Iterator[tuple[str, object]]:
     raise FileNotFoundError(f"data file not found: {path}")
   suffix = path.suffix.lower()
   if suffix == ".jsonl":
-    yield from _jsonl(path, path.read_text(encoding="utf-8"))
+    rows = _jsonl(path, _read_text(path))
   elif suffix == ".json":
-    yield from _json(path)
+    rows = _json(path)
   elif suffix == ".parquet":
-    yield from _parquet(path)
+    rows = _parquet(path)
   else:
     raise DataError(path, "file", "<format>",
                     f"unknown suffix {path.suffix!r}; expected one of {SUFFIXES}")
+  for where, row in rows:
+    bad = None if isinstance(row, DataError) else _undecodable(row)
+    yield where, (row if bad is None else _encoding_error(path, where, *bad))
+
+
+def _read_text(path) -> str:
+  # surrogateescape keeps each undecodable byte as U+DC80+byte, so one bad row
+  # does not hide the rest of the file and the row's field can be named.
+  return path.read_bytes().decode("utf-8-sig", errors="surrogateescape")
+
+
+def _undecodable(value, field: str = "<row>") -> tuple[str, str] | None:
+  """(field, the text) of the first string holding a lone surrogate: a byte that was not
+  UTF-8, or a ``\\udcXX`` escape, which no tokenizer can encode either."""
+  if isinstance(value, str):
+    return (field, value) if _SURROGATE.search(value) else None
+  if isinstance(value, dict):
+    for key, v in value.items():
+      bad = _undecodable(key, "<key>") or _undecodable(v, str(key))
+      if bad:
+        return (str(key), bad[1]) if bad[0] == "<key>" else bad
+  elif isinstance(value, list):
+    for v in value:
+      bad = _undecodable(v, field)
+      if bad:
+        return bad
+  return None
+
+
+def _encoding_error(path, where: str, field: str, text: str) -> DataError:
+  i = _SURROGATE.search(text).start()
+  byte = ord(text[i]) - 0xDC00
+  shown = text[max(0, i - 20):i].encode("utf-8", "replace").decode("utf-8")
+  what = f"byte 0x{byte:02x}" if 0x80 <= byte <= 0xFF else f"escape \\u{ord(text[i]):04x}"
+  return DataError(path, where, field,
+                   f"not valid UTF-8: {what} at character {i} (after {shown!r}); "
+                   f"re-encode the file as UTF-8", reason="<encoding>")
 
 
 def _jsonl(path, text: str, first_line: int = 1):
-  for lineno, line in enumerate(text.splitlines(), start=first_line):
+  # Only "\n" ends a line: str.splitlines would also split on U+2028 and
+  # friends, which JSON allows raw inside a string.
+  for lineno, line in enumerate(text.split("\n"), start=first_line):
     if not line.strip():
       continue
     where = f"line {lineno}"
     try:
       yield where, json.loads(line)
     except json.JSONDecodeError as e:
-      yield where, DataError(path, where, "<json>", f"invalid JSON: {e.msg}")
+      extra = "; the line also holds bytes that are not UTF-8" if _SURROGATE.search(line) else ""
+      yield where, DataError(path, where, "<json>", f"invalid JSON: {e.msg}{extra}")
 
 
 def _json(path):
   """A JSON array of objects, an object holding one (e.g. {"data": [...]}),
   or JSON lines saved with a .json suffix (as `datasets.to_json` does)."""
-  text = path.read_text(encoding="utf-8")
+  text = _read_text(path)
   start = len(text) - len(text.lstrip())
   if text[start:start + 1] == "{":
     try:

@@ -9,8 +9,9 @@ from graft_jax.rewards.extract import last_boxed
 from graft_jax.rewards.pool import VerifierPool
 from graft_jax.rewards.score import DEFAULT_TIMEOUT_S
 from graft_jax.rewards.score import ScoreStats
+from graft_jax.rewards.score import check_golds
 from graft_jax.rewards.score import default_pool
 from graft_jax.rewards.score import score
 
-__all__ = ["DEFAULT_TIMEOUT_S", "ScoreStats", "VerifierPool", "default_pool",
+__all__ = ["DEFAULT_TIMEOUT_S", "ScoreStats", "VerifierPool", "check_golds", "default_pool",
            "last_boxed", "score"]

@@ -123,6 +123,54 @@ def score(responses: Sequence[str], golds: Sequence[str], *,
   return rewards_B, stats
 
 
+# Why a gold is quarantined, by the outcome of checking it against itself.
+GOLD_PROBLEMS = {
+    worker_lib.GOLD_PARSE_FAIL: "unparseable",
+    worker_lib.TIMEOUT: "timeout",
+    worker_lib.ERROR: "verifier_error",
+    worker_lib.WRONG: "not_self_equal",
+    worker_lib.PARSE_FAIL: "not_self_equal",
+}
+# A number to compare each gold with: responses are mostly numbers, and a gold
+# like 9^{9^{9^{9}}} only hangs sympy once it is compared with one.
+_PROBE = "0"
+
+
+def check_golds(golds: Sequence[str], *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                pool: pool_lib.VerifierPool | None = None) -> list[str | None]:
+  """Checks each distinct gold once, as scoring will use it: math-verify must parse it,
+  accept it as its own answer, and compare it with a number, each within ``timeout_s``.
+
+  A gold that fails can never be matched the way responses are scored (it
+  scores every response 0, or costs a verifier timeout on every response to
+  its problem), so the caller sets its problem aside once at load instead of
+  paying for it every epoch. Integers, fractions and short decimals are
+  decided by the fast path and skip the pool.
+
+  Returns:
+    Per gold, None when usable, else the reason: one of `GOLD_PROBLEMS`' values.
+  """
+  todo: dict[str, list[int]] = {}
+  for i, gold in enumerate(golds):
+    content = extract.gold_content(gold)
+    if extract.numeric_literal(extract.normalize_for_match(content)) is None:
+      todo.setdefault(content, []).append(i)
+  out: list[str | None] = [None] * len(golds)
+  if not todo:
+    return out
+  keys = list(todo)
+  items = [(g, g, True) for g in keys] + [(g, _PROBE, True) for g in keys]
+  outcomes, _ = (pool or default_pool()).run(items, timeout_s=timeout_s)
+  for k, key in enumerate(keys):
+    itself, probe = outcomes[k], outcomes[len(keys) + k]
+    reason = GOLD_PROBLEMS.get(itself)
+    if reason is None and probe in (worker_lib.TIMEOUT, worker_lib.ERROR):
+      reason = GOLD_PROBLEMS[probe]
+    for i in todo[key]:
+      out[i] = reason
+  return out
+
+
 def _count(stats: ScoreStats, outcome: int, n: int) -> None:
   if outcome == worker_lib.TIMEOUT:
     stats.timeouts += n

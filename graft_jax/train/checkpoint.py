@@ -2,7 +2,11 @@
 
 The pytree holds both policies, both optimizer states and the RNG keys; the
 metadata holds the data position, step, HACPO capability state and peer-log
-cursor. An interrupted save never hides the previous checkpoint.
+cursor. An interrupted save never hides the previous checkpoint, and its
+leftover temporary folder is removed at the next start (it would otherwise
+keep the disk full that interrupted it). A full or read-only disk raises
+`graft_jax.train.storage.StorageError` naming the folder, before orbax starts
+writing when the free space is visibly short.
 """
 
 from __future__ import annotations
@@ -11,16 +15,22 @@ import json
 import logging
 import os
 import pathlib
+import shutil
 import time
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import orbax.checkpoint as ocp
+
+from graft_jax.train import storage
 
 # Orbax writes this file into a step folder as the last act of a save (before
 # the atomic rename on POSIX, in place on object stores); a folder without it
 # is an interrupted save.
 COMMIT_MARKER = 'commit_success.txt'
+# Orbax writes a step into '<step>.orbax-checkpoint-tmp[-<time>]' and renames it on commit.
+TMP_MARKER = '.orbax-checkpoint-tmp'
 
 
 class CheckpointError(RuntimeError):
@@ -34,7 +44,10 @@ class Checkpointer:
                keep: int, async_save: bool = True):
     self.directory = pathlib.Path(directory).absolute()
     self.every_steps = every_steps
-    self.directory.mkdir(parents=True, exist_ok=True)
+    try:
+      self.directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+      raise storage.as_storage_error(e, self.directory) or e
     # Before the manager lists steps: its keep-last-N cleanup would count an
     # interrupted step folder and delete a good checkpoint in its place.
     self._set_aside_uncommitted()
@@ -63,7 +76,15 @@ class Checkpointer:
       raise ValueError(f'checkpoint metadata must be plain JSON: {e}') from e
     args = ocp.args.Composite(state=ocp.args.StandardSave(state),
                               metadata=ocp.args.JsonSave(metadata))
-    return bool(self._manager.save(step, args=args, force=True))
+    # Uncompressed size: orbax compresses, so this errs towards refusing early.
+    storage.require_space(self.directory, _nbytes(state), f'checkpoint {step}')
+    try:
+      return bool(self._manager.save(step, args=args, force=True))
+    except Exception as e:  # orbax and tensorstore wrap OSErrors in many types
+      fault = storage.as_storage_error(e, self.directory / str(step))
+      if fault is None:
+        raise
+      raise fault from e
 
   def steps(self) -> list[int]:
     """Committed steps, ascending."""
@@ -106,10 +127,23 @@ class Checkpointer:
 
   def wait(self) -> None:
     """Blocks until in-flight async saves are committed."""
-    self._manager.wait_until_finished()
+    try:
+      self._manager.wait_until_finished()
+    except Exception as e:  # an async save that failed on a full disk
+      fault = storage.as_storage_error(e, self.directory)
+      if fault is None:
+        raise
+      raise fault from e
 
   def close(self) -> None:
-    self._manager.wait_until_finished()
+    """Waits for in-flight saves and stops orbax's threads; a save that failed was reported
+    by ``save`` or ``wait`` already, so closing after it stays quiet."""
+    try:
+      self._manager.wait_until_finished()
+    except Exception as e:  # pylint: disable=broad-except
+      reported = storage.as_storage_error(e, self.directory) is not None
+      logging.log(logging.DEBUG if reported else logging.WARNING,
+                  'a checkpoint save in %s failed: %s', self.directory, e)
     self._manager.close()
 
   def __enter__(self) -> Checkpointer:
@@ -122,19 +156,41 @@ class Checkpointer:
     return (self.directory / str(step) / COMMIT_MARKER).exists()
 
   def _set_aside_uncommitted(self) -> None:
-    """Renames interrupted step folders so no step listing sees them.
+    """Removes orbax's temporaries of uncommitted saves; renames interrupted step folders
+    so no step listing sees them.
 
-    Renamed rather than deleted: a person may want to look inside.
+    Step folders are renamed rather than deleted: a person may want to look
+    inside. Temporaries are deleted: they hold nothing a committed step does
+    not, and after a full disk they are what keeps it full.
     """
     if jax.process_index() != 0:
       return
+    try:
+      self._clean_interrupted()
+    except OSError as e:
+      raise storage.as_storage_error(e, self.directory) or e
+
+  def _clean_interrupted(self) -> None:
     for entry in self.directory.iterdir():
-      if (entry.is_dir() and entry.name.isdigit()
-          and not (entry / COMMIT_MARKER).exists()):
+      if entry.is_dir() and TMP_MARKER in entry.name:
+        logging.warning('removing %s, the temporary folder of a checkpoint save that never '
+                        'committed', entry)
+        shutil.rmtree(entry)
+      elif (entry.is_dir() and entry.name.isdigit()
+            and not (entry / COMMIT_MARKER).exists()):
         target = entry.with_name(f'{entry.name}.uncommitted-{time.time_ns()}')
         logging.warning('checkpoint %s was never committed (interrupted '
                         'save); moving it to %s', entry, target.name)
         entry.rename(target)
+
+
+def _nbytes(state: Any) -> int:
+  total = 0
+  for x in jax.tree.leaves(state):
+    if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+      x = jax.random.key_data(x)
+    total += x.size * x.dtype.itemsize
+  return total
 
 
 def _abstract(x: Any) -> Any:

@@ -3,6 +3,11 @@
 A run's key for step ``s`` is ``fold_in(key(seed), s)`` and its prompts are a
 pure function of the stream position, so restoring (params, optimizer
 states, position, capability state) continues the same run exactly.
+
+Nothing is acknowledged before it is durable: a step's peer logs and its
+metrics row (validation included) are on disk before the checkpoint covering
+the step commits, and a resumed run drops whatever an interrupted attempt
+wrote after its checkpoint, then writes it again.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import time
 import jax
 import numpy as np
 
-from graft_jax.train import peer_log
+from graft_jax.train import metrics_file, peer_log, progress, run_inputs, storage
 from graft_jax.train.capability import CapabilityTracker
 from graft_jax.train.checkpoint import Checkpointer
 from graft_jax.train.data_stream import PromptStream
@@ -35,10 +40,18 @@ def _unflat(flat, like):
   return jax.tree.unflatten(jax.tree.structure(like), leaves)
 
 
-def default_reward(cfg):
-  """The math-verify reward, ``(texts, golds) -> (rewards, stats)``, with the config's timeout."""
+def default_reward(cfg, pool=None):
+  """The math-verify reward, ``(texts, golds) -> (rewards, stats)``, with the config's timeout,
+  on ``pool`` (a ``graft_jax.rewards.VerifierPool``; default: the shared one)."""
   from graft_jax import rewards
-  return lambda texts, golds: rewards.score(texts, golds, timeout_s=cfg.reward.timeout_s)
+  return lambda texts, golds: rewards.score(texts, golds, timeout_s=cfg.reward.timeout_s,
+                                            pool=pool)
+
+
+def make_reward_pool(cfg):
+  """A verifier pool of ``reward.num_workers`` processes."""
+  from graft_jax import rewards
+  return rewards.VerifierPool(cfg.reward.num_workers)
 
 
 class Trainer:
@@ -54,13 +67,25 @@ class Trainer:
     mesh: optional device mesh; parameters and minibatches are sharded on it.
     validator: optional ``graft_jax.train.validation.Validator``; its held-out
       pass@1 goes into the step's metrics as ``<name>/eval/...`` when due.
+    data_counts: what loading the problems set aside, by reason
+      (``graft_jax.train.run_inputs``); written into every metrics row as
+      ``data/...`` with the prompts skipped here for ``max_prompt_len``.
+    reward_pool: a verifier pool the trainer owns and closes; without a
+      ``reward_fn``, the math-verify reward runs on it (by default a new pool
+      of ``reward.num_workers`` processes).
   """
 
-  def __init__(self, cfg, problems, models: dict, reward_fn=None, mesh=None, validator=None):
+  def __init__(self, cfg, problems, models: dict, reward_fn=None, mesh=None, validator=None,
+               data_counts=None, reward_pool=None):
     self.cfg = cfg
     self.workdir = pathlib.Path(cfg.workdir)
     self.workdir.mkdir(parents=True, exist_ok=True)
-    self.reward_fn = default_reward(cfg) if reward_fn is None else reward_fn
+    self._owned = []  # closed by close(), last first
+    if reward_fn is None and reward_pool is None:
+      reward_pool = make_reward_pool(cfg)
+    if reward_pool is not None:
+      self.own(reward_pool)
+    self.reward_fn = default_reward(cfg, reward_pool) if reward_fn is None else reward_fn
     # Models come in order (A first); the config's names key logs and metrics.
     names = [cfg.model_a.name, cfg.model_b.name][:len(models)]
     models = dict(zip(names, models.values()))
@@ -70,6 +95,8 @@ class Trainer:
                           cfg.data.prompt_suffix, keep_reference=cfg.method == "hacpo",
                           mesh=mesh)
         for name in trained}
+    self.data_counts = dict(data_counts or {})
+    problems = self._within_prompt_limit(problems, validator)
     self.stream = PromptStream(problems, cfg.prompts_per_step, seed=cfg.seed,
                                shuffle=cfg.data.shuffle)
     self.capability = (CapabilityTracker(trained, window=cfg.hacpo.capability_window,
@@ -81,7 +108,7 @@ class Trainer:
       self.replay = ReplaySource(reader, self.reward_fn, cfg, name=names[1])
     self.log_writers = {
         name: peer_log.PeerLogWriter(cfg.peer_log_dir, name,
-                                     tokenizer_name=type(p.tokenizer).__name__,
+                                     tokenizer_name=peer_log.tokenizer_label(p.tokenizer),
                                      vocab_hash=p.tokenizer_id)
         for name, p in self.policies.items()} if cfg.logging.peer_log else {}
     self.checkpointer = Checkpointer(cfg.checkpoint_dir, every_steps=cfg.checkpoint.every_steps,
@@ -90,8 +117,30 @@ class Trainer:
     self.validator = validator
     if cfg.checkpoint.resume:
       self._restore()
+      self._drop_abandoned()
     if validator is not None:
       validator.resume(self.workdir / "metrics.jsonl", list(self.policies), before_step=self.step)
+
+  def own(self, resource) -> None:
+    """Hands the trainer something to close with it (a verifier pool, a vLLM engine)."""
+    self._owned.append(resource)
+
+  def _within_prompt_limit(self, problems, validator):
+    """Training (and validation) problems whose prompt fits ``max_prompt_len`` in every
+    policy's tokenizer, per ``data.too_long``; counts the skipped ones."""
+    limit = dict(max_len=self.cfg.max_prompt_len, mode=self.cfg.data.too_long)
+    problems, dropped = run_inputs.drop_too_long(
+        problems, self.policies, source=run_inputs.source_of(self.cfg), **limit)
+    self.data_counts["too_long"] = dropped
+    run_inputs.require_batch(problems, self.cfg, self.data_counts)
+    if validator is not None:
+      for name, suite in validator.suite.items():
+        validator.suite[name], dropped = run_inputs.drop_too_long(
+            suite, self.policies, source=f"eval benchmark {name}",
+            what="validation problems", **limit)
+        if dropped:
+          self.data_counts[f"eval_too_long/{name}"] = dropped
+    return problems
 
   # -- checkpoints ---------------------------------------------------------
 
@@ -112,9 +161,19 @@ class Trainer:
       self.capability = CapabilityTracker.from_dict(meta["capability"])
     if self.replay is not None:
       self.replay.missing = int(meta.get("replay_missing", 0))
-    for w in self.log_writers.values():
-      w.discard_after(self.step)
     log.info("resumed %s at step %d", self.workdir, self.step)
+
+  def _drop_abandoned(self) -> None:
+    """Removes the peer logs and metrics rows an interrupted attempt wrote for steps at or
+    after the restored one; the steps run again and write them anew."""
+    for w in self.log_writers.values():
+      w.discard_after(self.step - 1 if self.step else None)
+    path = self.workdir / "metrics.jsonl"
+    gap = metrics_file.missing_steps(metrics_file.repair(path, first_step=self.step), self.step)
+    if gap:
+      log.warning("%s: no rows for steps %s, which the restored checkpoint covers (the file "
+                  "was deleted or edited while the run was stopped); they cannot be "
+                  "recovered", path, gap)
 
   def save(self, *, force: bool = False) -> bool:
     if self.step in self.checkpointer.steps():
@@ -129,20 +188,25 @@ class Trainer:
 
   def _log_rollouts(self, step: int, problems, rolls) -> None:
     for name, roll in rolls.items():
-      if name not in self.log_writers:
-        continue
-      n = roll.n
-      b = roll.batch
-      self.log_writers[name].write(
-          step, prompt_ids=[problems[i // n].id for i in range(len(roll.texts))],
-          prompts=[problems[i // n].problem for i in range(len(roll.texts))],
-          responses=roll.texts, response_ids=roll.response_ids,
-          logprobs=[b.logp_BxL[i, :len(ids)] for i, ids in enumerate(roll.response_ids)],
-          rewards=roll.rewards_GxN.reshape(-1), advantages=roll.adv_GxN.reshape(-1),
-          finished=b.finished_B, truncated=b.truncated_B)
+      if name in self.log_writers:
+        try:
+          self._write_log(name, step, problems, roll)
+        except OSError as e:
+          raise storage.as_storage_error(e, self.log_writers[name].dir) or e
+
+  def _write_log(self, name: str, step: int, problems, roll) -> None:
+    n, b = roll.n, roll.batch
+    self.log_writers[name].write(
+        step, prompt_ids=[problems[i // n].id for i in range(len(roll.texts))],
+        prompts=[problems[i // n].problem for i in range(len(roll.texts))],
+        responses=roll.texts, response_ids=roll.response_ids,
+        logprobs=[b.logp_BxL[i, :len(ids)] for i, ids in enumerate(roll.response_ids)],
+        rewards=roll.rewards_GxN.reshape(-1), advantages=roll.adv_GxN.reshape(-1),
+        finished=b.finished_B, truncated=b.truncated_B, gate=roll.peer_gate)
 
   def run_step(self) -> dict:
-    """One step: prompts, the method's step, peer logs, and a checkpoint when due."""
+    """One step: prompts, the method's step and its peer logs (``run`` then writes the
+    metrics row and, when due, the checkpoint)."""
     epoch = self.stream.epoch_of(self.stream.position)
     problems = self.stream.next()
     key = jax.random.fold_in(jax.random.key(self.cfg.seed), self.step)
@@ -156,33 +220,36 @@ class Trainer:
       metrics["replay_missing"] = self.replay.missing
     self._log_rollouts(self.step, problems, rolls)
     self.step += 1
-    self.save()
     return metrics
 
   def run(self, num_steps: int | None = None) -> list[dict]:
     """Trains until ``num_steps`` (default: the config's) and saves the last step."""
     total = num_steps or self.cfg.num_steps(len(self.stream.problems))
     out = []
-    names = list(self.policies)
-    headline = {f"r{i}": f"{n}/reward_mean" for i, n in enumerate(names)}
-    headline.update({f"graft{i}": f"{n}/exchange/grafted_groups" for i, n in enumerate(names)})
+    first = self.step
     with MetricsWriter(self.workdir, total_steps=total, initial_step=self.step,
                        tensorboard=self.cfg.logging.tensorboard,
-                       progress_bar=self.cfg.logging.progress_bar, headline=headline) as writer:
+                       progress_bar=self.cfg.logging.progress_bar) as writer:
       while self.step < total:
         step = self.step
+        if step == first:  # jit compiles the sampler, log-probs and update on the first step
+          progress.phase(f"step {step + 1}: rollouts, rewards and update; compiling them "
+                         f"(first step only)…")
         metrics = self.run_step()
         if self.validator is not None and self.validator.due(step, total):
+          progress.phase(f"validating after step {step + 1} (held-out pass@1)…")
           t0 = time.perf_counter()
           for name, m in self.validator.run(self.policies, step).items():
             metrics[name]["eval"] = m
           metrics["time"]["eval_s"] = time.perf_counter() - t0
-        out.append(writer.write(step, metrics))
+        metrics["data"] = self.data_counts
+        out.append(writer.write(step, metrics))  # durable before the checkpoint covering it
+        self.save()
     self.save(force=True)
     self.checkpointer.wait()
     if self.validator is not None:
       for name, (step, value) in self.validator.best().items():
-        log.info("%s: best validation pass@1 %.4f after step %d", name, value, step)
+        log.info("%s: best validation pass@1 %.4f after step %d", name, value, step + 1)
     return out
 
   def export_hf(self, out_root) -> dict:
@@ -195,6 +262,16 @@ class Trainer:
     return out
 
   def close(self) -> None:
-    """Closes the checkpointer. Engines belong to whoever built them (vLLM sidecars stop
-    when their engine is closed, and at interpreter exit)."""
+    """Closes the checkpointer, then what the trainer owns (``own``: its verifier pool, the
+    vLLM engines ``build_trainer`` made). Other engines belong to whoever built them.
+
+    Safe after a failed run: one resource failing to close does not keep the
+    rest open, and the run's own error is the one reported.
+    """
     self.checkpointer.close()
+    while self._owned:
+      resource = self._owned.pop()
+      try:
+        resource.close()
+      except Exception as e:  # pylint: disable=broad-except
+        log.warning("closing %s failed: %s", type(resource).__name__, e)
