@@ -1,8 +1,10 @@
-"""Every config field with the paper's defaults (DESIGN §3), plus presets.
+"""Every config field with the paper's defaults (arXiv 2609.37868), plus presets.
 
 `get_config('grpo16')` picks a method or ablation preset; presets combine with
 commas ('no_gate,peer_first'). Single fields: `--config.graft.delta=0.9`.
 """
+
+import difflib
 
 import ml_collections
 
@@ -26,6 +28,8 @@ def defaults():
                      " within \\boxed{}."),
       shuffle=True,
       synthetic=dict(families=('add', 'mul'), difficulty=1, num=2048, seed=0),
+      skip_malformed=False,  # True: skip and count malformed rows (logged, in metrics)
+      too_long='skip',  # prompts over max_prompt_len: skip (counted) | error
   ))
   c.prompts_per_step = 128
   c.n = 8
@@ -79,6 +83,9 @@ def defaults():
       check_every=10, probe_tolerance=0.0, max_restarts=2, request_timeout_s=3600.0,
       health_every_s=10.0, max_concurrency=64))
   c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+  c.micro_batch_tokens = 0  # per device; 0 = whole minibatch (launch/plan.py sizes it)
+  c.remat = 'none'  # none | full | dots_saveable | dots_no_batch
+  c.scan_layers = False
   return c
 
 
@@ -103,7 +110,7 @@ PRESETS = {
     'hacpo': _set(method='hacpo'),
     'sgt': _set(method='sgt'),
     'replay': _set(method='replay'),
-    # GRAFT ablations (DESIGN §3).
+    # GRAFT ablations (graft_jax.train.exchange and graft_jax.core docstrings).
     'pooled': _set(**{'graft.advantages': 'pooled'}),
     'success_only': _set(**{'graft.transfer': 'success_only'}),
     'no_gate': _set(**{'graft.gate': 'off'}),
@@ -124,7 +131,9 @@ def apply_presets(c, arg):
   names = [a.strip() for a in (arg or 'graft').split(',') if a.strip()]
   for name in names:
     if name not in PRESETS:
-      raise ValueError(f'unknown config preset {name!r}; '
+      close = difflib.get_close_matches(name, PRESETS, n=1)
+      hint = f' (did you mean {close[0]!r}?)' if close else ''
+      raise ValueError(f'unknown config preset {name!r}{hint}; '
                        f'known: {", ".join(PRESETS)}')
     PRESETS[name](c)
   return '_'.join(names) or 'graft'
@@ -151,5 +160,12 @@ def pair_config(arg, *, pair, model_a, model_b):
     c[key].name = name
   c.data.train_path = 'data/math/train.jsonl'  # MATH train, 7,500 problems
   c.eval.data_dir = 'data/eval'
+  # Memory: FSDP over every device, one 6,144-token row per device per gradient
+  # micro-batch, each block rematerialised, blocks under a scan. launch/plan.py
+  # prints what this takes per device (README: real pairs).
+  c.mesh.update(dict(data=1, fsdp=-1, tensor=1))
+  c.micro_batch_tokens = 6144
+  c.remat = 'full'
+  c.scan_layers = True
   c.lock()
   return c

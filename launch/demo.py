@@ -1,6 +1,7 @@
-"""The README's main job: a worked GRAFT step on synthetic groups (graft_jax.walkthrough)."""
+"""A worked GRAFT step on synthetic groups (graft_jax.walkthrough): ``python launch/demo.py``."""
 
+from graft_jax import cli
 from graft_jax import walkthrough
 
 if __name__ == "__main__":
-  print(walkthrough.run())
+  cli.guard(lambda: print(walkthrough.run()))

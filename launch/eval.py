@@ -2,33 +2,30 @@
 
   .venv/bin/python launch/eval.py --model=/path/to/hf_model \
       --config=configs/benchmarks.py:/path/to/benchmark_dir \
-      [--config.benchmarks.AIME24=/elsewhere/aime24.parquet] [--config.k=8]
+      [--config.benchmarks.AIME24=/elsewhere/aime24.parquet] [--config.k=8] [--verbose]
 
-Prints a table and writes `config.output` (json).
+Prints a table and writes `config.output` (json). The model folder, the
+output's folder and every benchmark file are checked before the model loads.
 """
 
-from absl import app
+import pathlib
+
 from absl import flags
-from ml_collections import config_flags
 
-from graft_jax import data
-from graft_jax import eval as eval_lib
-from graft_jax import models
-from graft_jax import rewards
-from graft_jax.rollout import JaxSamplerEngine, SamplingParams
+from graft_jax import cli
+from graft_jax.train import config_checks
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", "configs/benchmarks.py", "benchmark suite config", lock_config=True)
 _MODEL = flags.DEFINE_string("model", None, "local HF model folder", required=True)
 
 
-def main(argv):
-  del argv
-  cfg = _CONFIG.value
-  # Check every benchmark file before spending minutes loading the model.
-  suite_paths = data.ordered(dict(cfg.benchmarks))
-  suite, _ = data.load_suite(suite_paths, skip_malformed=cfg.skip_malformed,
-                             limit=cfg.limit or None)
+def main(cfg):
+  config_checks.check_model_folder("--model", _MODEL.value)
+  config_checks.check_writable("output", str(pathlib.Path(cfg.output).absolute().parent))
+  from graft_jax import data, eval as eval_lib, models, rewards  # JAX: after the checks
+  from graft_jax.rollout import JaxSamplerEngine, SamplingParams
+
+  suite, _ = data.load_suite(data.ordered(dict(cfg.benchmarks)),
+                             skip_malformed=cfg.skip_malformed, limit=cfg.limit or None)
   model, _ = models.load_hf(_MODEL.value)
   tokenizer = models.load_tokenizer(_MODEL.value)
   engine = JaxSamplerEngine(model, eos_ids=tokenizer.eos_token_id,
@@ -47,4 +44,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main, default_config="configs/benchmarks.py",
+          config_help="benchmark suite, configs/benchmarks.py[:benchmark_dir]")

@@ -7,6 +7,7 @@ types and impossible values (see `config_checks`) before anything loads.
 from __future__ import annotations
 
 import dataclasses
+import json
 import pathlib
 from typing import Any
 
@@ -14,6 +15,7 @@ from graft_jax.train import config_checks
 from graft_jax.train import config_load
 
 ConfigError = config_checks.ConfigError
+PathError = config_checks.PathError
 check_paths = config_checks.check_paths
 import_config_file = config_load.import_config_file
 load_config = config_load.load_config
@@ -47,6 +49,8 @@ class DataConfig:
       " Let's think step by step and output the final answer within \\boxed{}.")
   shuffle: bool = True
   synthetic: SyntheticConfig = SyntheticConfig()
+  skip_malformed: bool = False  # skip and count malformed rows instead of stopping
+  too_long: str = 'skip'  # prompts over max_prompt_len: 'skip' (counted) | 'error'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +75,7 @@ class OptimizerConfig:
 
 @dataclasses.dataclass(frozen=True)
 class GraftConfig:
-  """Exchange, gate and ordering (DESIGN §3)."""
+  """Exchange, gate and ordering (the equations are in graft_jax.core's docstrings)."""
   delta: float = 0.8  # gate threshold on s(o); responses with s <= delta drop
   balance: bool = True  # m = min(|C(A->B)|, |C(B->A)|) with ties kept
   order: str = 'peer_last'  # 'peer_last' | 'peer_first' | 'uniform'
@@ -173,7 +177,7 @@ class MeshConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-  """Everything one run needs; defaults are the paper's (DESIGN §3)."""
+  """Everything one run needs; defaults are the paper's (arXiv 2609.37868)."""
   method: str = 'graft'  # 'graft' | 'grpo' | 'hacpo' | 'sgt' | 'replay'
   seed: int = 0
   workdir: str = 'runs/default'
@@ -207,6 +211,11 @@ class TrainConfig:
   engine: str = 'jax'  # 'jax' | 'vllm'
   vllm: VllmConfig = VllmConfig()
   mesh: MeshConfig = MeshConfig()
+  # Memory (graft_jax.train.microbatch, graft_jax.models.decoder; launch/plan.py
+  # says which settings fit a device). 0 = the whole minibatch in one pass.
+  micro_batch_tokens: int = 0  # per device, per gradient micro-batch (rows x padded length)
+  remat: str = 'none'  # per decoder block: 'none' | 'full' | 'dots_saveable' | 'dots_no_batch'
+  scan_layers: bool = False  # one compiled block under jax.lax.scan (flat compile time)
 
   @property
   def checkpoint_dir(self) -> str:
@@ -239,3 +248,14 @@ def from_config_dict(cd: Any) -> TrainConfig:
 def to_dict(cfg: Any) -> dict[str, Any]:
   """Plain nested dict of a config, e.g. to store it next to a run."""
   return dataclasses.asdict(cfg)
+
+
+def write_json(cfg: TrainConfig, path: str | pathlib.Path) -> pathlib.Path:
+  """Writes the resolved config (every field, presets and overrides applied) as JSON.
+
+  ``from_config_dict(json.load(open(path)))`` rebuilds the same config.
+  """
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(json.dumps(to_dict(cfg), indent=1) + '\n', encoding='utf-8')
+  return path

@@ -1,15 +1,17 @@
 """Validation of a `TrainConfig`: one-line errors that name the field.
 
 `validate` runs before anything loads; `check_paths` is the launch-time check
-of files and folders the run will open.
+of files and folders the run will open or write.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
+import pathlib
 import re
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 METHODS = ('graft', 'grpo', 'hacpo', 'sgt', 'replay')
 _ENUMS = {
@@ -19,6 +21,7 @@ _ENUMS = {
     'param_dtype': ('float32', 'bfloat16'),
     'old_logp_source': ('teacher_forced', 'sampler'),
     'data.format': ('jsonl', 'parquet', 'synthetic'),
+    'data.too_long': ('skip', 'error'),
     'optimizer.name': ('adamw',),
     'optimizer.schedule': ('constant',),
     'graft.order': ('peer_last', 'peer_first', 'uniform'),
@@ -26,6 +29,7 @@ _ENUMS = {
     'graft.transfer': ('full', 'success_only'),
     'graft.gate': ('on', 'off'),
     'graft.ratio_level': ('token', 'sequence'),
+    'remat': ('none', 'full', 'dots_saveable', 'dots_no_batch'),
     'vllm.dtype': ('bfloat16', 'float16', 'float32', 'auto'),
 }
 # Model names become file and folder names of the peer logs.
@@ -33,7 +37,29 @@ _NAME_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]*$')
 
 
 class ConfigError(ValueError):
-  """An impossible config value or combination; the message names the field."""
+  """An impossible config value or combination; the message names the field.
+
+  ``field`` is the dotted field when one is to blame, so a launcher can name
+  the flag that set it.
+  """
+
+  def __init__(self, message: str, *, field: str | None = None):
+    super().__init__(message)
+    self.field = field
+
+
+class PathError(FileNotFoundError):
+  """A file or folder the config names is missing or unusable; names the field."""
+
+  def __init__(self, field: str, message: str):
+    super().__init__(f'{field}: {message}')
+    self.field = field
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+  """`` (did you mean 'x'?)`` for the closest of ``known``, or ``''``."""
+  close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+  return f' (did you mean {close[0]!r}?)' if close else ''
 
 
 def _get(cfg: Any, field: str) -> Any:
@@ -63,7 +89,7 @@ def _check_range(cfg, field, lo=None, hi=None, lo_open=False, hi_open=False):
     want = f'{">" if lo_open else ">="} {_fmt(lo)}'
   else:
     want = f'{"<" if hi_open else "<="} {_fmt(hi)}'
-  raise ConfigError(f'{field} must be {want}, got {_fmt(x)}')
+  raise ConfigError(f'{field} must be {want}, got {_fmt(x)}', field=field)
 
 
 def validate(cfg: Any) -> None:
@@ -72,7 +98,8 @@ def validate(cfg: Any) -> None:
     value = _get(cfg, field)
     if value not in allowed:
       raise ConfigError(f'{field} must be one of {", ".join(allowed)}, '
-                        f'got {value!r}')
+                        f'got {value!r}{did_you_mean(str(value), allowed)}',
+                        field=field)
   _check_models(cfg)
   _check_batching(cfg)
   _check_optimization(cfg)
@@ -115,6 +142,7 @@ def _check_batching(cfg) -> None:
                         f'got {size}')
   if list(sizes.values()).count(-1) > 1:
     raise ConfigError(f'at most one mesh axis may be -1, got {sizes}')
+  _check_range(cfg, 'micro_batch_tokens', lo=0)
   if cfg.data.format == 'synthetic':
     if not cfg.data.synthetic.families:
       raise ConfigError('data.synthetic.families must not be empty')
@@ -191,29 +219,101 @@ def _check_io(cfg) -> None:
   _check_range(cfg, 'vllm.max_model_len', lo=0)
 
 
-def check_paths(cfg: Any) -> None:
-  """Launch-time check that every input file or folder the run opens exists.
+def check_paths(cfg: Any, *, pending: Iterable[str | os.PathLike] = ()) -> None:
+  """Launch-time check of every file and folder the run opens or writes.
+
+  Output folders (workdir, checkpoint.dir, logging.peer_log_dir) must be
+  folders, or creatable, and writable; inputs must exist: each model folder
+  with its config.json, the training data, each validation benchmark file,
+  the replayed peer's logs, the vLLM interpreter. Folders in ``pending`` are
+  built on first use (the toy pair) and may be missing.
 
   Raises:
-    FileNotFoundError: naming the config field and the missing path.
+    PathError: naming the config field, the path and what is wrong with it.
   """
-  needed: list[tuple[str, str]] = [('model_a.path', cfg.model_a.path)]
+  outputs = [('workdir', cfg.workdir), ('checkpoint.dir', cfg.checkpoint.dir),
+             ('logging.peer_log_dir', cfg.logging.peer_log_dir)]
+  for field, path in outputs:
+    if path:
+      check_writable(field, path)
+  pending = {pathlib.Path(p).absolute() for p in pending}
+  models = [('model_a.path', cfg.model_a.path)]
+  if cfg.method != 'replay':
+    models.append(('model_b.path', cfg.model_b.path))
+  for field, path in models:
+    if not (path and pathlib.Path(path).absolute() in pending):
+      check_model_folder(field, path)
+  needed: list[tuple[str, str]] = []
   if cfg.method == 'replay':
     needed.append(('replay.log_dir', cfg.replay.log_dir))
-  else:
-    needed.append(('model_b.path', cfg.model_b.path))
   if cfg.data.format != 'synthetic':
     needed.append(('data.train_path', cfg.data.train_path))
-  if cfg.eval.every_steps and any(name != 'synthetic' for name in cfg.eval.suite):
-    needed.append(('eval.data_dir', cfg.eval.data_dir))  # the suite's benchmark files
   if cfg.engine == 'vllm':
     needed.append(('vllm.python', cfg.vllm.python))
   _require(needed)
+  if cfg.method == 'replay':
+    logs = pathlib.Path(cfg.replay.log_dir, cfg.model_b.name)
+    if not logs.is_dir():
+      raise PathError('replay.log_dir', f'no peer logs of model_b.name {cfg.model_b.name!r} '
+                      f'(no folder {str(logs)!r})')
+  if cfg.eval.every_steps:
+    _check_benchmarks(cfg.eval)
+
+
+_HF_FOLDER = 'a local Hugging Face model folder: config.json, *.safetensors, tokenizer files'
+
+
+def check_model_folder(field: str, path: str) -> None:
+  """``path`` is a Hugging Face model folder (it has a config.json); ``field`` names it."""
+  if not path:
+    raise PathError(field, f'is not set (expected {_HF_FOLDER})')
+  if not os.path.isdir(path):
+    raise PathError(field, f'no such folder {path!r} (expected {_HF_FOLDER})')
+  if not pathlib.Path(path, 'config.json').is_file():
+    raise PathError(field, f'no config.json in {path!r} (expected {_HF_FOLDER})')
+
+
+def check_writable(field: str, path: str) -> None:
+  """``path`` is a writable folder, or can be made one."""
+  p = pathlib.Path(path)
+  if p.exists() and not p.is_dir():
+    raise PathError(field, f'{path!r} is a file, not a folder')
+  first = p.absolute()
+  while not first.exists():
+    first = first.parent
+  if not first.is_dir():
+    raise PathError(field, f'cannot create {path!r}: {str(first)!r} is a file')
+  if not os.access(first, os.W_OK | os.X_OK):
+    raise PathError(field, f'cannot write to {str(first)!r} (permission denied)')
+
+
+def _check_benchmarks(e) -> None:
+  """Every file benchmark of ``eval.suite`` is ``<eval.data_dir>/<name>.{jsonl,json,parquet}``."""
+  names = [n for n in e.suite if n != 'synthetic']
+  if not names:
+    return
+  hint = 'or set eval.every_steps=0 to train without validation'
+  if not e.data_dir:
+    raise PathError('eval.data_dir', f'not set; it holds the validation benchmarks '
+                    f'{", ".join(names)} as <name>.jsonl (or .json, .parquet), {hint}')
+  if not os.path.isdir(e.data_dir):
+    raise PathError('eval.data_dir', f'no such folder {e.data_dir!r}; it holds the validation '
+                    f'benchmarks {", ".join(names)} as <name>.jsonl (or .json, .parquet), {hint}')
+  from graft_jax.train.validation import benchmark_file  # pulls in the eval stack
+  missing = []
+  for name in names:
+    try:
+      benchmark_file(e.data_dir, name)
+    except FileNotFoundError:
+      missing.append(name)
+  if missing:
+    raise PathError('eval.data_dir', f'no {", ".join(f"{n}.jsonl" for n in missing)} (or .json, '
+                    f'.parquet) in {e.data_dir!r} for eval.suite; {hint}')
 
 
 def _require(needed: Sequence[tuple[str, str]]) -> None:
   for field, path in needed:
     if not path:
-      raise FileNotFoundError(f'{field} is not set')
+      raise PathError(field, 'is not set')
     if not os.path.exists(path):
-      raise FileNotFoundError(f'{field}: no such file or folder {path!r}')
+      raise PathError(field, f'no such file or folder {path!r}')

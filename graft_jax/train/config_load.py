@@ -14,7 +14,7 @@ import types
 import typing
 from typing import Any, Mapping
 
-from graft_jax.train.config_checks import ConfigError
+from graft_jax.train.config_checks import ConfigError, did_you_mean
 
 
 def build_dataclass(cls: type, mapping: Mapping[str, Any],
@@ -77,51 +77,99 @@ def _coerce(field: str, hint: Any, value: Any) -> Any:
 def import_config_file(path: str | pathlib.Path) -> types.ModuleType:
   """Imports a `configs/*.py` file by path (configs/ is not a package)."""
   path = pathlib.Path(path).resolve()
+  if not path.is_file():
+    raise ConfigError(f'no config file {str(path)!r}')
   name = f'_graft_config_{path.stem}_{abs(hash(str(path)))}'
   if name in sys.modules:
     return sys.modules[name]
   spec = importlib.util.spec_from_file_location(name, path)
   if spec is None or spec.loader is None:
-    raise ConfigError(f'cannot import config file {path}')
+    raise ConfigError(f'cannot import config file {str(path)!r}')
   module = importlib.util.module_from_spec(spec)
   sys.modules[name] = module
-  spec.loader.exec_module(module)
+  try:
+    spec.loader.exec_module(module)
+  except BaseException:
+    del sys.modules[name]  # a failed import must not be cached as a module
+    raise
   return module
 
 
 def load_config(spec: str) -> Any:
-  """Loads 'path/to/config.py[:arg]' the way `config_flags` does."""
+  """Loads 'path/to/config.py[:arg]' the way `config_flags` does.
+
+  A value the config file rejects (e.g. an unknown preset) is a
+  ``ConfigError`` that names the spec.
+  """
   path, _, arg = spec.partition(':')
   module = import_config_file(path)
-  return module.get_config(arg) if arg else module.get_config()
+  try:
+    return module.get_config(arg) if arg else module.get_config()
+  except ConfigError:
+    raise
+  except ValueError as e:
+    raise ConfigError(f'{spec}: {e}') from e
 
 
-def apply_overrides(config_dict, overrides) -> None:
+def leaf_fields(config_dict, prefix: str = '') -> list[str]:
+  """Dotted names of every leaf field of a (nested) ConfigDict or mapping."""
+  out = []
+  for key, value in config_dict.items():
+    if hasattr(value, 'items'):
+      out += leaf_fields(value, f'{prefix}{key}.')
+    else:
+      out.append(f'{prefix}{key}')
+  return out
+
+
+def parse_value(text: str, current: Any) -> Any:
+  """A command-line value for a field that now holds ``current``.
+
+  Strings stay as typed; booleans accept true/false in any case; tuples
+  accept ``a,b`` as well as Python literals; everything else is a Python
+  literal (``3e-4``, ``32``), or the text itself when it is not one.
+  """
+  if isinstance(current, str):
+    return text
+  if isinstance(current, bool) and text.lower() in ('true', 'false'):
+    return text.lower() == 'true'
+  try:
+    value = ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    value = text
+  if isinstance(current, tuple) and isinstance(value, (str, int, float)):
+    value = tuple(parse_value(t.strip(), current[0] if current else '') for t in text.split(',')
+                  if t.strip())
+  if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
+    value = float(value)
+  return value
+
+
+def apply_overrides(config_dict, overrides, *, flag: str = '') -> None:
   """Applies 'dotted.field=value' strings to a ConfigDict, as `--config.dotted.field=value` does.
 
-  Values are Python literals (``3e-4``, ``32``, ``True``, ``(1, 2)``); anything
-  else is taken as a string. An unknown field or a wrong type raises
-  ``ConfigError`` naming the override.
+  Values are read by ``parse_value``. An unknown field (with the closest
+  known one suggested) or a wrong type raises ``ConfigError`` naming the
+  override, as ``<flag><item>`` when ``flag`` (e.g. ``'--config.'``) is given.
   """
   for item in overrides:
+    label = f'{flag}{item}' if flag else f'override {item!r}'
     key, sep, text = item.partition('=')
     if not sep or not key:
-      raise ConfigError(f'override {item!r} must look like field.name=value')
-    try:
-      value = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-      value = text
+      raise ConfigError(f'{label} must look like {flag}field.name=value')
     *parents, leaf = key.split('.')
     node = config_dict
+    for p in parents:
+      node = node.get(p) if hasattr(node, 'items') else None
+    if not hasattr(node, 'items') or leaf not in node:
+      hint = did_you_mean(key, leaf_fields(config_dict))
+      raise ConfigError(f'{label}: no config field {key!r}{hint}', field=key)
+    if hasattr(node[leaf], 'items'):
+      raise ConfigError(f'{label}: {key!r} is a group of fields; set one of them, '
+                        f'e.g. {flag}{leaf_fields(node[leaf], f"{key}.")[0]}=...', field=key)
+    current = node[leaf]
     try:
-      for p in parents:
-        node = node[p]
-      if leaf not in node:
-        raise KeyError(leaf)
-      if isinstance(node[leaf], float) and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-      node[leaf] = value
-    except KeyError as e:
-      raise ConfigError(f'override {item!r}: no config field {key!r}') from e
+      node[leaf] = parse_value(text, current)
     except TypeError as e:
-      raise ConfigError(f'override {item!r}: {e}') from e
+      raise ConfigError(f'{label}: {key} must be {type(current).__name__}, got {text!r}',
+                        field=key) from e

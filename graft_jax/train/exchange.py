@@ -32,7 +32,8 @@ def retokenize(recv_policy, src_roll, row_ids):
   return ids, sum(1 for x in ids if not x)
 
 
-def score_peer_rows(recv_policy, recv_roll, src_roll, row_ids, *, temperature: float):
+def score_peer_rows(recv_policy, recv_roll, src_roll, row_ids, *, temperature: float,
+                    length_cap: int = 0):
   """Peer rows ``row_ids`` re-tokenized by the receiver and scored by its behavior policy.
 
   Returns ``(ids, empty, logp, lbar_R)``: the receiver's token ids per row, how
@@ -43,7 +44,7 @@ def score_peer_rows(recv_policy, recv_roll, src_roll, row_ids, *, temperature: f
   n = src_roll.n
   prompts = [recv_roll.prompt_ids[b // n] for b in row_ids]
   logp = score_rows(recv_policy.model, prompts, ids, recv_policy.pad_id,
-                    temperature=temperature) if row_ids else []
+                    temperature=temperature, length_cap=length_cap) if row_ids else []
   return ids, empty, logp, np.array([mean_or_nan(x) for x in logp], np.float32)
 
 
@@ -53,18 +54,34 @@ def complementarity(k_recv_G, k_src_G) -> float:
   return float((fail & (k_src_G >= 1)).sum() / fail.sum()) if fail.any() else float("nan")
 
 
+def peer_gate_columns(num_rows: int, peer_rows, s_R, admitted_R, weight_R) -> dict:
+  """The source's per-response record of a graft, for its peer log: ``offered``, ``s``,
+  ``admitted``, ``weight`` over all ``num_rows`` responses (NaN / False where not offered)."""
+  cols = dict(offered=np.zeros(num_rows, bool), s=np.full(num_rows, np.nan, np.float32),
+              admitted=np.zeros(num_rows, bool), weight=np.full(num_rows, np.nan, np.float32))
+  for name, value in (("offered", True), ("s", s_R), ("admitted", admitted_R),
+                      ("weight", weight_R)):
+    cols[name][list(peer_rows)] = value
+  return cols
+
+
 def graft_rows(recv_policy, recv_roll, src_roll, receives_G, cfg, counts: dict) -> Rows:
   """GRAFT: own groups, with each selected all-fail group replaced by the peer's whole group."""
   g, n = recv_roll.rewards_GxN.shape
   gc = cfg.graft
   selected = np.flatnonzero(receives_G)
   peer_rows = [q * n + j for q in selected for j in range(n)]
-  ids, empty, old, recv_lbar = score_peer_rows(recv_policy, recv_roll, src_roll, peer_rows,
-                                               temperature=cfg.rollout.temperature)
+  ids, empty, old, recv_lbar = score_peer_rows(
+      recv_policy, recv_roll, src_roll, peer_rows, temperature=cfg.rollout.temperature,
+      length_cap=cfg.max_prompt_len + cfg.max_response_len)
   gen_lbar = src_roll.gen_mean_logp_B[peer_rows] if peer_rows else np.zeros(0, np.float32)
   finite = np.isfinite(recv_lbar) & np.isfinite(gen_lbar)
   if gc.gate == "on":
-    w, admitted = (np.asarray(x) for x in core.compat_weights(recv_lbar, gen_lbar, delta=gc.delta))
+    # Gated at the fixed length g * n (NaN pads, never admitted), so a step with a
+    # new number of peer rows compiles nothing.
+    pad = lambda x: np.pad(x, (0, g * n - len(x)), constant_values=np.nan)
+    w, admitted = (np.asarray(x)[:len(peer_rows)] for x in core.compat_weights(
+        pad(recv_lbar), pad(gen_lbar), delta=gc.delta))
   else:
     admitted = np.array([len(x) > 0 for x in ids], bool)
     w = admitted.astype(np.float32)
@@ -76,9 +93,14 @@ def graft_rows(recv_policy, recv_roll, src_roll, receives_G, cfg, counts: dict) 
     src_adv = src_roll.adv_GxN
   carried = np.asarray(core.transfer_mask(src_roll.rewards_GxN, transfer=gc.transfer))
   s = np.exp(recv_lbar[finite] - gen_lbar[finite])
+  keep = admitted & carried.reshape(-1)[peer_rows]
+  with np.errstate(invalid="ignore", over="ignore"):  # a non-finite s stays NaN / inf in the log
+    s_R = np.exp(recv_lbar - gen_lbar)
+  src_roll.peer_gate = peer_gate_columns(src_roll.rewards_GxN.size, peer_rows, s_R, keep,
+                                         w * keep)
   counts.update(peer_offered=len(peer_rows), dropped_empty=empty,
                 dropped_nonfinite=int((~finite).sum()) - empty,
-                admitted=int((admitted & carried.reshape(-1)[peer_rows]).sum()) if peer_rows else 0,
+                admitted=int(keep.sum()),
                 s_mean=float(s.mean()) if s.size else float("nan"),
                 s_values=s.tolist())
   rows = Rows()
@@ -117,7 +139,8 @@ def hacpo_rows(recv_policy, recv_roll, src_roll, cap_ratio: float, cfg, counts: 
   g, n = recv_roll.rewards_GxN.shape
   all_rows = list(range(g * n))
   ids, empty, old, _ = score_peer_rows(recv_policy, recv_roll, src_roll, all_rows,
-                                      temperature=cfg.rollout.temperature)
+                                      temperature=cfg.rollout.temperature,
+                                      length_cap=cfg.max_prompt_len + cfg.max_response_len)
   r_GxK = np.concatenate([recv_roll.rewards_GxN, src_roll.rewards_GxN], axis=1)
   is_self_GxK = np.concatenate([np.ones((g, n), bool), np.zeros((g, n), bool)], axis=1)
   cap_GxK = np.where(is_self_GxK, 1.0, cap_ratio).astype(np.float32)

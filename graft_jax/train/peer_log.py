@@ -3,6 +3,13 @@
 Layout: `<log_dir>/<model>/step_00000012.parquet` (one row per response, opens
 with `pd.read_parquet(path)`) and `step_00000012.json`, its manifest (sha256,
 size, rows, tokenizer identity). A step exists once its manifest does.
+
+Besides the rollout itself, each row records what the peer did with it under
+GRAFT: `offered` (its group was grafted into the peer's update), `s` (the
+peer's compatibility score exp(lbar_peer - lbar_gen), see
+`graft_jax.core.compat_weights`), `admitted` (it entered the peer's loss) and
+`weight` (its loss weight there, 0 when not admitted). A response that was not
+offered has `s` and `weight` NaN.
 """
 
 from __future__ import annotations
@@ -25,11 +32,18 @@ _MANIFEST_RE = re.compile(r'^step_(\d{8})\.json$')
 _META_KEY = b'graft_jax.peer_log'
 _COLUMNS = ('step', 'model', 'tokenizer', 'vocab_hash', 'prompt_id',
             'sample_index', 'prompt', 'response', 'response_ids', 'logprobs',
-            'reward', 'advantage', 'finished', 'truncated')
+            'reward', 'advantage', 'finished', 'truncated', 'offered', 's',
+            'admitted', 'weight')
 
 
 class PeerLogError(ValueError):
   """A log file that is missing, truncated or corrupted; names the file."""
+
+
+def tokenizer_label(tokenizer) -> str:
+  """A name a person can read: ``'models/Qwen3-1.7B-Base (Qwen2TokenizerFast, 151669 tokens)'``."""
+  name = getattr(tokenizer, 'name_or_path', '') or 'tokenizer'
+  return f'{name} ({type(tokenizer).__name__}, {len(tokenizer)} tokens)'
 
 
 def vocab_hash(vocab: Mapping[str, int]) -> str:
@@ -101,6 +115,7 @@ class PeerLogWriter:
             advantages: Sequence[float], finished: Sequence[bool],
             truncated: Sequence[bool], prompts: Sequence[str] | None = None,
             sample_index: Sequence[int] | None = None,
+            gate: Mapping[str, Sequence[Any]] | None = None,
             extra: Mapping[str, Sequence[Any]] | None = None) -> pathlib.Path:
     """Writes step `step` atomically (parquet, then its manifest).
 
@@ -114,6 +129,9 @@ class PeerLogWriter:
       prompts: optional prompt text per response.
       sample_index: index within the prompt's group; default 0..k-1 per id
         in order of appearance.
+      gate: what the peer did with each response (GRAFT): ``offered``,
+        ``s``, ``admitted``, ``weight``, one per response (see the module
+        docstring); default: nothing offered.
       extra: further per-response scalar columns (e.g. 'grafted').
 
     Returns:
@@ -127,6 +145,12 @@ class PeerLogWriter:
         responses=responses, response_ids=response_ids, logprobs=logprobs,
         rewards=rewards, advantages=advantages, finished=finished,
         truncated=truncated, prompts=prompts, sample_index=sample_index)
+    gate = dict(gate or {})
+    unknown = sorted(set(gate) - {'offered', 's', 'admitted', 'weight'})
+    if unknown:
+      raise ValueError(f'peer log gate column {unknown[0]!r} is not one of offered, s, '
+                       f'admitted, weight')
+    cols.update({f'gate[{k}]': v for k, v in gate.items()})
     cols.update({f'extra[{k}]': v for k, v in (extra or {}).items()})
     for name, col in cols.items():
       if col is not None and len(col) != num:
@@ -159,6 +183,10 @@ class PeerLogWriter:
         'advantage': pa.array(np.asarray(advantages, np.float32)),
         'finished': pa.array(np.asarray(finished, bool)),
         'truncated': pa.array(np.asarray(truncated, bool)),
+        'offered': pa.array(np.asarray(gate.get('offered', np.zeros(num)), bool)),
+        's': pa.array(np.asarray(gate.get('s', np.full(num, np.nan)), np.float32)),
+        'admitted': pa.array(np.asarray(gate.get('admitted', np.zeros(num)), bool)),
+        'weight': pa.array(np.asarray(gate.get('weight', np.full(num, np.nan)), np.float32)),
         **{k: pa.array(list(v)) for k, v in (extra or {}).items()},
     })
     info = dict(version=FORMAT_VERSION, model=self.model_name, step=step,

@@ -1,6 +1,7 @@
 """Independent float64 NumPy / pure-Python references for the core math tests.
 
-Written from DESIGN §3 directly, loop by loop, without calling graft_jax.
+Written from the paper's equations (arXiv 2609.37868, restated in graft_jax.core's
+docstrings) directly, loop by loop, without calling graft_jax.
 """
 
 import numpy as np

@@ -192,15 +192,27 @@ def test_check_paths(tmp_path):
   a, b, data = tmp_path / 'a', tmp_path / 'b', tmp_path / 'train.jsonl'
   a.mkdir()
   b.mkdir()
-  d = _with(model_a__path=str(a), model_b__path=str(b),
+  d = _with(model_a__path=str(a), model_b__path=str(b), workdir=str(tmp_path / 'w'),
             data__train_path=str(data))
+  with pytest.raises(config_lib.PathError, match=f"model_a.path: no config.json in '{a}'"):
+    config_lib.check_paths(config_lib.from_config_dict(d))
+  (a / 'config.json').write_text('{}')
+  (b / 'config.json').write_text('{}')
   with pytest.raises(FileNotFoundError, match='data.train_path: no such'):
     config_lib.check_paths(config_lib.from_config_dict(d))
   data.write_text('{}\n')
   # Validation every 5 steps on the paper's benchmarks needs their folder.
-  with pytest.raises(FileNotFoundError, match='eval.data_dir is not set'):
+  with pytest.raises(config_lib.PathError, match='eval.data_dir: not set; it holds the validation '
+                     'benchmarks math500, aime24, aime25, amc23, minerva'):
     config_lib.check_paths(config_lib.from_config_dict(d))
   d['eval']['data_dir'] = str(tmp_path)
+  for name in ('math500', 'aime24', 'amc23'):
+    (tmp_path / f'{name}.jsonl').write_text('{}\n')
+  (tmp_path / 'aime25.parquet').write_text('')
+  with pytest.raises(config_lib.PathError, match=r"eval.data_dir: no minerva.jsonl \(or .json, "
+                     rf".parquet\) in '{tmp_path}' for eval.suite"):
+    config_lib.check_paths(config_lib.from_config_dict(d))
+  (tmp_path / 'minerva.json').write_text('[]')
   config_lib.check_paths(config_lib.from_config_dict(d))
   d['eval'].update(every_steps=0, data_dir='')
   config_lib.check_paths(config_lib.from_config_dict(d))

@@ -1,6 +1,7 @@
 """Peer-log store: round trip, integrity checks, crash leftovers, lookup."""
 
 import json
+import pathlib
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -183,3 +184,36 @@ def test_manifest_is_json(tmp_path):
   w.write(4, **_rows([1]))
   m = json.loads((w.dir / 'step_00000004.json').read_text())
   assert m['file'] == 'step_00000004.parquet' and len(m['sha256']) == 64
+
+
+def test_gate_columns_default_to_not_offered_and_round_trip(tmp_path):
+  w = _writer(tmp_path)
+  rows = _rows([1, 1, 2, 2])
+  w.write(0, **rows)
+  w.write(1, **rows, gate=dict(offered=[False, False, True, True], s=[np.nan, np.nan, 0.5, 1.25],
+                               admitted=[False, False, False, True],
+                               weight=[np.nan, np.nan, 0.0, 1.0]))
+  reader = peer_log.PeerLogReader(tmp_path, 'qwen3')
+  t0 = reader.load_step(0).to_pandas()
+  assert not t0['offered'].any() and not t0['admitted'].any()
+  assert t0['s'].isna().all() and t0['weight'].isna().all()
+  t1 = reader.load_step(1).to_pandas()
+  assert t1['offered'].tolist() == [False, False, True, True]
+  assert t1['s'].tolist()[2:] == [0.5, 1.25] and t1['s'].isna().tolist()[:2] == [True, True]
+  assert t1['admitted'].tolist() == [False, False, False, True]
+  assert t1['weight'].tolist()[2:] == [0.0, 1.0]
+  with pytest.raises(ValueError, match="gate column 'score' is not one of"):
+    w.write(2, **rows, gate={'score': [1.0] * 4})
+  with pytest.raises(ValueError, match=r'column gate\[s\] has 3 rows'):
+    w.write(2, **rows, gate={'s': [1.0] * 3})
+
+
+def test_tokenizer_label_is_readable(tmp_path):
+  import sys
+  sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / 'models'))
+  import tiny_hf
+  tok = tiny_hf.make_tokenizer(tmp_path / 'tok')
+  from graft_jax.models import load_tokenizer
+  loaded = load_tokenizer(str(tmp_path / 'tok'))
+  label = peer_log.tokenizer_label(loaded)
+  assert label.startswith(f'{tmp_path / "tok"} (') and label.endswith(f', {len(tok)} tokens)')

@@ -109,6 +109,36 @@ def test_graft_admissions_match_an_independent_gate_at_step_0(graft_run):
     assert metrics[0][f"{recv}/exchange/admitted"] == admitted
 
 
+def test_peer_logs_record_what_the_receiver_did(graft_run):
+  """Each source row's offered / s / admitted / weight agree with the exchange the logged
+  rewards imply, the gate rule applied to the stored s, and the step's logged counts."""
+  workdir, cfg, metrics = graft_run
+  grafted = 0
+  for step in range(STEPS):
+    _, k_a = logged_counts(workdir, "toy_a", step)
+    _, k_b = logged_counts(workdir, "toy_b", step)
+    a_recv, b_recv = reference.exchange(k_a, k_b, N)
+    for recv, src, mask in (("toy_a", "toy_b", a_recv), ("toy_b", "toy_a", b_recv)):
+      t = peer_log.PeerLogReader(workdir / "peer_logs", src).load_step(step).to_pandas()
+      offered = t["offered"].to_numpy()
+      np.testing.assert_array_equal(offered, np.repeat(mask.astype(bool), N))
+      s = t["s"].to_numpy(np.float64)
+      assert np.isnan(s[~offered]).all() and np.isnan(t["weight"].to_numpy()[~offered]).all()
+      assert not t["admitted"].to_numpy()[~offered].any()
+      s_in = s[offered]
+      want_admitted = s_in > cfg.graft.delta
+      np.testing.assert_array_equal(t["admitted"].to_numpy()[offered], want_admitted)
+      np.testing.assert_allclose(t["weight"].to_numpy()[offered],
+                                 np.where(want_admitted, np.minimum(s_in, 1.0), 0.0), rtol=1e-6)
+      rec = metrics[step]
+      assert rec[f"{recv}/exchange/peer_offered"] == offered.sum()
+      assert rec[f"{recv}/exchange/admitted"] == want_admitted.sum()
+      if offered.any():
+        assert rec[f"{recv}/exchange/s_p50"] == pytest.approx(np.median(s_in), rel=1e-6)
+      grafted += offered.sum()
+  assert grafted > 0  # the run grafted something, so the checks above were not vacuous
+
+
 def test_replay_consumes_the_graft_run_logs(graft_run, tmp_path):
   workdir, _, graft_metrics = graft_run
   _, metrics = train("replay", tmp_path, **{"replay.log_dir": str(workdir / "peer_logs")})

@@ -1,0 +1,47 @@
+"""The README's real-pair command, run as written on tiny stand-in folders for 2 steps on CPU."""
+
+import json
+import re
+import shlex
+import subprocess
+
+import pytest
+
+from graft_jax.train import metrics
+from tests.launch.conftest import REPO
+
+# The README's paths -> the stand-ins' keys in `real_pair_files`.
+STAND_INS = {"/models/SmolLM3-3B-Base": "smollm3", "/models/Qwen3-1.7B-Base": "qwen3",
+             "/data/math/train.jsonl": "train", "/data/math/eval": "eval"}
+# CPU-sized shapes; every path the run needs comes from the README's command.
+SMALL = ["--steps=2", "--config.prompts_per_step=4", "--config.num_minibatches=2", "--config.n=2",
+         "--config.max_response_len=6", "--config.eval.k=1", "--config.eval.max_examples=1",
+         "--config.dtype=float32", "--config.reward.num_workers=1"]
+
+
+def readme_command() -> list[str]:
+  text = (REPO / "README.md").read_text()
+  block = re.search(r"^(launch/train_smollm3_qwen3\.sh graft .*?)\n```", text, re.S | re.M)
+  assert block, "README.md lost its real-pair example"
+  return shlex.split(block.group(1).replace("\\\n", " "))
+
+
+@pytest.mark.slow  # two models compile sampling, log-probs, update and validation: about a minute
+def test_readme_real_pair_example_runs(real_pair_files, tmp_path):
+  args = readme_command()
+  assert {a.partition("=")[2] for a in args} >= set(STAND_INS), args
+  args = [a.partition("=")[0] + "=" + str(real_pair_files[STAND_INS[a.partition("=")[2]]])
+          if a.partition("=")[2] in STAND_INS else a for a in readme_command()]
+  work = tmp_path / "run"
+  proc = subprocess.run(["bash", *args, *SMALL, f"--workdir={work}"], cwd=REPO,
+                        capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  records = metrics.read_jsonl(work / "metrics.jsonl")
+  assert [r["step"] for r in records] == [0, 1]
+  assert "smollm3_3b/eval/average" in records[-1] and "qwen3_1p7b/eval/average" in records[-1]
+  cfg = json.loads((work / "config.json").read_text())
+  assert cfg["model_a"]["path"] == str(real_pair_files["smollm3"])
+  assert cfg["eval"]["data_dir"] == str(real_pair_files["eval"]) and cfg["n"] == 2
+  # The closing summary: each model's validation pass@1, then the paths written.
+  assert re.search(r"^  smollm3_3b: final \d\.\d{4} \(after step 2\), best", proc.stdout, re.M)
+  assert f"  {work / 'metrics.jsonl'}" in proc.stdout
