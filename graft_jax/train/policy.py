@@ -11,7 +11,7 @@ import numpy as np
 from flax import nnx
 
 from graft_jax.rollout import JaxSamplerEngine
-from graft_jax.sharding import shard_model
+from graft_jax.sharding import shard_model, state_shardings
 from graft_jax.train.update import make_optimizer
 
 
@@ -35,6 +35,9 @@ class Policy:
   prompt_suffix: str
   ref_params: Any = None
   mesh: Any = None
+  param_sharding: Any = None  # NamedSharding trees, with a mesh
+  opt_sharding: Any = None
+  compiled: dict = dataclasses.field(default_factory=dict)  # update programs by LossSpec
 
   @property
   def eos_id(self) -> int:
@@ -77,14 +80,24 @@ def make_policy(name: str, model, tokenizer, opt_cfg, prompt_suffix: str, *,
   """Wraps a loaded decoder: optimizer state, a JAX sampler engine, optional frozen reference.
 
   With a ``mesh``, the parameters are placed by their logical axes
-  (``graft_jax.sharding``); the optimizer state inherits their shardings and
-  the compiled update follows them.
+  (``graft_jax.sharding``) and the optimizer state is created sharded the
+  same way (its moments by their parameters' axes, step counts replicated):
+  ``tx.init`` runs under the mesh with explicit ``out_shardings``, so no
+  state ever sits whole on one device. The compiled update keeps both.
   """
-  state_sharding = shard_model(model, mesh) if mesh is not None else None
-  graphdef, params = nnx.split(model)
   tx = make_optimizer(opt_cfg)
-  opt_state = jax.jit(tx.init)(params)
+  param_sharding = opt_sharding = None
+  if mesh is None:
+    graphdef, params = nnx.split(model)
+    opt_state = jax.jit(tx.init)(params)
+  else:
+    param_sharding = shard_model(model, mesh)
+    graphdef, params = nnx.split(model)
+    opt_sharding = state_shardings(jax.eval_shape(tx.init, params), mesh)
+    with jax.set_mesh(mesh):
+      opt_state = jax.jit(tx.init, out_shardings=opt_sharding)(params)
   engine = JaxSamplerEngine(model, eos_ids=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                            state_sharding=state_sharding)
+                            state_sharding=param_sharding)
   ref = jax.tree.map(np.asarray, params) if keep_reference else None
-  return Policy(name, graphdef, params, opt_state, tx, tokenizer, engine, prompt_suffix, ref, mesh)
+  return Policy(name, graphdef, params, opt_state, tx, tokenizer, engine, prompt_suffix, ref, mesh,
+                param_sharding, opt_sharding)

@@ -3,29 +3,27 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import pathlib
 
+import jax
 import jax.numpy as jnp
 
-from graft_jax import data
 from graft_jax.models import load_hf, load_tokenizer
-from graft_jax.train.config import check_paths
-from graft_jax.train.trainer import Trainer, default_reward
+from graft_jax.sharding import (MeshConfig, describe_mesh, format_bytes, make_mesh,
+                                max_bytes_per_device)
+from graft_jax.train.config import ConfigError, check_paths
+from graft_jax.train import run_inputs
+from graft_jax.train.trainer import Trainer, default_reward, make_reward_pool
 from graft_jax.train.validation import Validator
 
 log = logging.getLogger(__name__)
 
 
 def load_train_problems(cfg):
-  """The training problems the config names; dropped rows are counted and logged."""
-  if cfg.data.format == "synthetic":
-    s = cfg.data.synthetic
-    return data.make_synthetic(list(s.families), s.num, seed=s.seed, difficulty=s.difficulty)
-  problems, stats = data.load_problems(cfg.data.train_path)
-  log.info("loaded %s: %s", cfg.data.train_path, stats)
-  return problems
+  """The training problems the config names; dropped rows are counted and logged
+  (``graft_jax.train.run_inputs.load_training_problems`` also returns the counts)."""
+  return run_inputs.load_training_problems(cfg)[0]
 
 
 def load_models(cfg) -> dict:
@@ -40,8 +38,32 @@ def load_models(cfg) -> dict:
       out[m.name] = (None, None)  # the peer is its logs
       continue
     model, _ = load_hf(m.path, dtype=dtype, compute_dtype=compute)
+    model.set_memory_options(remat=cfg.remat, scan_layers=cfg.scan_layers)
     out[m.name] = (model, load_tokenizer(m.path))
   return out
+
+
+def build_mesh(cfg):
+  """The run's device mesh from ``cfg.mesh`` (data x fsdp x tensor), entered with
+  ``jax.set_mesh`` for the rest of the process. A mesh that does not match the
+  devices fails here, before any model loads."""
+  m = cfg.mesh
+  try:
+    mesh = make_mesh(MeshConfig(data=m.data, fsdp=m.fsdp, tensor=m.tensor))
+  except ValueError as e:
+    raise ConfigError(f"mesh (data={m.data}, fsdp={m.fsdp}, tensor={m.tensor}) does not fit "
+                      f"the {jax.device_count()} devices: {e}", field="mesh") from None
+  jax.set_mesh(mesh)
+  log.info("%s", describe_mesh(mesh))
+  return mesh
+
+
+def log_state_bytes(trainer: Trainer) -> None:
+  """One line per policy: the most bytes any device holds of its params and optimizer state."""
+  for name, p in trainer.policies.items():
+    log.info("%s: params %s + optimizer state %s per device (largest shard set)", name,
+             format_bytes(max_bytes_per_device(p.params)),
+             format_bytes(max_bytes_per_device(p.opt_state)))
 
 
 def vllm_engine(cfg, name: str, model, tokenizer):
@@ -73,28 +95,63 @@ def attach_engines(trainer: Trainer, make_engine) -> None:
     p.engine = make_engine(name, p.model, p.tokenizer)
 
 
+def toy_pair_folders() -> set[pathlib.Path]:
+  """The embedded toy pair's default model folders, built on first use."""
+  from graft_jax import toy
+  root = pathlib.Path(toy.DEFAULT_ROOT)
+  return {root / "model_a", root / "model_b"}
+
+
 def ensure_toy_pair_if_named(cfg) -> None:
   """Builds (or reuses) the embedded toy pair when the config names its default folders."""
   from graft_jax import toy
-  root = pathlib.Path(toy.DEFAULT_ROOT)
   wanted = {pathlib.Path(m.path) for m in (cfg.model_a, cfg.model_b) if m.path}
-  if wanted & {root / "model_a", root / "model_b"} and not all(p.exists() for p in wanted):
-    toy.ensure_toy_pair(root)
+  if wanted & toy_pair_folders() and not all(p.exists() for p in wanted):
+    toy.ensure_toy_pair(toy.DEFAULT_ROOT)
 
 
 def build_trainer(cfg, *, reward_fn=None) -> Trainer:
-  """Checks paths, then loads everything the run needs (and starts vLLM sidecars if asked).
+  """Checks what the run reads and writes, then loads the models (and starts vLLM sidecars
+  if asked).
 
-  A config pointing at the toy pair's folders builds the pair on first use.
+  Before any model loads: the workdir takes a synced write, the training
+  problems load (malformed rows stop the run or, with ``data.skip_malformed``,
+  are counted), and golds math-verify cannot use are quarantined. The trainer
+  owns and closes the verifier pool (``reward.num_workers`` processes) and
+  the sidecars. A config pointing at the toy pair's folders builds the pair
+  on first use.
   """
-  ensure_toy_pair_if_named(cfg)
-  check_paths(cfg)
-  if reward_fn is None:
-    reward_fn = default_reward(cfg)
-  problems = load_train_problems(cfg)
-  # The suite loads (and fails on a bad file) before the models do.
-  validator = Validator.from_config(cfg, reward_fn, problems)
-  trainer = Trainer(cfg, problems, load_models(cfg), reward_fn=reward_fn, validator=validator)
+  run_inputs.check_workdir(cfg)
+  problems, counts = run_inputs.load_training_problems(cfg)
+  pool = make_reward_pool(cfg) if reward_fn is None else None
+  try:
+    if pool is not None:
+      problems, quarantined = run_inputs.quarantine_golds(
+          problems, pool=pool, timeout_s=cfg.reward.timeout_s, source=run_inputs.source_of(cfg))
+      counts.update(quarantined)
+      reward_fn = default_reward(cfg, pool)
+    run_inputs.require_batch(problems, cfg, counts)
+    ensure_toy_pair_if_named(cfg)
+    check_paths(cfg)
+    # The suite loads (and fails on a bad file) before the models do.
+    validator = Validator.from_config(cfg, reward_fn, problems)
+    mesh = build_mesh(cfg)
+    # One device: nothing to place, and the plain update keeps its exact numerics.
+    trainer = Trainer(cfg, problems, load_models(cfg), reward_fn=reward_fn, validator=validator,
+                      data_counts=counts, reward_pool=pool, mesh=mesh if mesh.size > 1 else None)
+    log_state_bytes(trainer)
+  except BaseException:
+    if pool is not None:
+      pool.close()
+    raise
   if cfg.engine == "vllm":
-    attach_engines(trainer, functools.partial(vllm_engine, cfg))
+    def owned_engine(name, model, tokenizer):
+      engine = vllm_engine(cfg, name, model, tokenizer)
+      trainer.own(engine)
+      return engine
+    try:
+      attach_engines(trainer, owned_engine)
+    except BaseException:
+      trainer.close()
+      raise
   return trainer

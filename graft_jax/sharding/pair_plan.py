@@ -1,0 +1,74 @@
+"""The memory plan of a pair config: each model's update on the config's mesh, and whether it fits."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import jax.numpy as jnp
+
+from graft_jax.models.config import ModelConfig
+from graft_jax.sharding.memory_plan import largest_rows, update_memory
+from graft_jax.sharding.mesh import MeshConfig, make_mesh
+from graft_jax.sharding.report import format_bytes
+
+# The paper's models by their config names, for folders not on this machine.
+PRESETS = {"qwen3_1p7b": ModelConfig.qwen3_1p7b, "smollm3_3b": ModelConfig.smollm3_3b,
+           "octothinker_3b": ModelConfig.llama3p2_3b}
+
+
+def model_config(model) -> ModelConfig:
+  """From the model folder's config.json when present, else the preset of its name."""
+  path = pathlib.Path(model.path, "config.json")
+  if model.path and path.exists():
+    return ModelConfig.from_hf_config(json.loads(path.read_text()))
+  if model.name not in PRESETS:
+    raise ValueError(f"{model.name}: no {path} and no preset (known: {sorted(PRESETS)})")
+  return PRESETS[model.name]()
+
+
+def plan(cfg, devices, device_bytes: int, *, reserve_fraction: float = 0.0):
+  """Rows of (name, UpdateMemory, largest rows per device) for each model of ``cfg``;
+  both policies live on the same devices, so their fixed states add up."""
+  from graft_jax.train.step import loss_spec
+  from graft_jax.train.update import make_optimizer
+  m = cfg.mesh
+  mesh = make_mesh(MeshConfig(m.data, m.fsdp, m.tensor), devices)
+  length = cfg.max_prompt_len + cfg.max_response_len
+  rows_cfg = max(1, cfg.micro_batch_tokens // length) if cfg.micro_batch_tokens else None
+  minibatch_rows = cfg.prompts_per_step // cfg.num_minibatches * cfg.n
+  tx, spec = make_optimizer(cfg.optimizer), loss_spec(cfg)
+  kw = dict(length=length, minibatch_rows=minibatch_rows, param_dtype=jnp.dtype(cfg.param_dtype),
+            dtype=jnp.dtype(cfg.dtype), remat=cfg.remat, scan_layers=cfg.scan_layers)
+  out = []
+  for model in (cfg.model_a, cfg.model_b):
+    mc = model_config(model)
+    mems = {r: update_memory(mc, mesh, tx, spec, rows_per_device=r, **kw)
+            for r in sorted({1, 2, rows_cfg or 1})}
+    out.append((model.name, mems, rows_cfg or minibatch_rows))
+  fixed = sum(mems[1].params + mems[1].opt_state for _, mems, _ in out)
+  available = int(device_bytes * (1 - reserve_fraction))
+  table = []
+  for name, mems, rows in out:
+    other = fixed - (mems[1].params + mems[1].opt_state)  # the peer's state stays resident
+    mem = mems.get(rows, mems[1])
+    most = largest_rows(mems[1], mems[2], available - other)
+    table.append(dict(name=name, mem=mem, rows=rows, peer_state=other,
+                      total=mem.total + other, fits=mem.total + other <= available,
+                      largest_rows=most))
+  return mesh, available, table
+
+
+def format_plan(mesh, available, table, length: int) -> str:
+  head = (f"{'model':<16}{'params':>11}{'optimizer':>11}{'grads*':>11}{'temps':>11}"
+          f"{'peer state':>12}{'total':>11}  fit   rows/dev  (largest)")
+  lines = [f"{dict(mesh.shape)} x {mesh.devices.size} devices, {format_bytes(available)} "
+           f"available per device, micro-batch rows of {length} tokens", head]
+  for r in table:
+    m = r["mem"]
+    lines.append(f"{r['name']:<16}{format_bytes(m.params):>11}{format_bytes(m.opt_state):>11}"
+                 f"{format_bytes(m.grads):>11}{format_bytes(m.temporaries):>11}"
+                 f"{format_bytes(r['peer_state']):>12}{format_bytes(r['total']):>11}  "
+                 f"{'yes' if r['fits'] else 'NO ':<5} {r['rows']:>8}  ({r['largest_rows']})")
+  lines.append("* grads: the fp32 accumulator, counted inside temps")
+  return "\n".join(lines)

@@ -1,0 +1,154 @@
+"""One optimizer step per minibatch, its gradient accumulated over micro-batches of rows.
+
+A minibatch of B rows padded to T tokens is cut into M micro-batches of R rows,
+R = (``micro_batch_tokens`` // T) per device times the devices that split rows
+(verl's ``ppo_max_token_len_per_gpu``). A ``jax.lax.scan`` over the M
+micro-batches adds each one's fp32 gradient, then one optimizer step runs, so
+peak activations are those of one micro-batch. The result is the unsplit
+minibatch's gradient, because every loss term is a mean over the *whole*
+minibatch: each micro-batch divides its sums by the minibatch's counts
+(``num_tokens`` for the clipped token loss, ``num_sgt_tokens`` for SGT,
+``num_rows`` for HACPO's sequence mean and KL), so
+
+.. math::
+    \\nabla L = \\sum_{m=1}^{M} \\nabla \\frac{S_m}{N}, \\qquad
+    N = \\sum_m n_m \\quad (\\text{not } \\tfrac{1}{M}\\sum_m S_m / n_m),
+
+and a budget that splits a group (R not a multiple of n) changes nothing.
+With a mesh the program is compiled with explicit output shardings: params
+and optimizer state leave the step placed exactly as they came in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from graft_jax.sharding import batch_shards, batch_sharding
+from graft_jax.train.update import loss_fn, to_device_batch, update_minibatch
+
+# Metrics that are already divided by whole-minibatch counts: micro-batches add up.
+_SUMMED = ("loss", "pg_loss", "sgt_loss", "kl_ref", "objective_sum", "row_count")
+
+
+def rows_per_micro(num_rows: int, length: int, budget_tokens: int, shards: int = 1) -> int:
+  """Rows per micro-batch: as many rows of ``length`` tokens as fit ``budget_tokens``
+  on each device (at least one), times the ``shards`` devices that split rows.
+  A budget of 0 means no split."""
+  per_device = -(-num_rows // shards)
+  if budget_tokens > 0:
+    per_device = min(per_device, max(1, budget_tokens // length))
+  return per_device * shards
+
+
+def minibatch_totals(batch: dict) -> dict:
+  """The whole minibatch's loss denominators, counted on the host (exact integers)."""
+  mask_BxT = np.asarray(batch["resp_mask"], np.float32)
+  return {"num_tokens": (mask_BxT * batch["ppo"][:, None]).sum(),
+          "num_sgt_tokens": (mask_BxT * batch["sgt"][:, None]).sum(),
+          "num_rows": np.float32((mask_BxT.sum(axis=1) > 0).sum())}
+
+
+def split_minibatch(batch: dict, rows: int, *, by_rows: bool = False) -> dict:
+  """Host arrays B x ... -> M x R x ... (zero rows pad the last micro-batch; an
+  all-zero mask keeps them out of every sum), plus the minibatch's totals and
+  each micro-batch's ``share`` of the loss units (tokens, or rows if ``by_rows``)
+  for averaging fraction metrics."""
+  b = len(batch["ids"])
+  m = -(-b // rows)
+  totals = minibatch_totals(batch)
+  micro = {}
+  for k, v in batch.items():
+    v = np.asarray(v)
+    padded = np.zeros((m * rows,) + v.shape[1:], v.dtype)
+    padded[:b] = v
+    micro[k] = padded.reshape((m, rows) + v.shape[1:])
+  mask_MxRxT = micro["resp_mask"] * (1.0 if by_rows else micro["ppo"][..., None])
+  units_M = ((mask_MxRxT.sum(axis=2) > 0).sum(axis=1) if by_rows else mask_MxRxT.sum(axis=(1, 2)))
+  micro["share"] = (units_M / max(float(units_M.sum()), 1.0)).astype(np.float32)
+  if m > 1:  # one micro-batch is the minibatch: its own counts are the totals
+    micro.update({k: np.full(m, v, np.float32) for k, v in totals.items()})
+  return micro
+
+
+def combine_metrics(metrics_M: dict, share_M) -> dict:
+  """Per-micro-batch metrics -> the minibatch's: whole-minibatch means and counts
+  add up; fractions are weighted by each micro-batch's share of loss units."""
+  return {k: v.sum() if (k in _SUMMED or k.endswith(("_tokens", "_clipped"))) else (v * share_M).sum()
+          for k, v in metrics_M.items()}
+
+
+def accumulated_grads(params, micro, update_index, *, graphdef, spec, grad_sharding=None):
+  """(fp32 gradient summed over the micro-batches, combined metrics): a scan, so one
+  micro-batch's activations are live at a time."""
+
+  def body(acc, mb):
+    (loss, metrics), g = jax.value_and_grad(loss_fn, has_aux=True)(
+        params, mb, graphdef, spec, update_index)
+    acc = jax.tree.map(lambda a, x: a + x.astype(jnp.float32), acc, g)
+    if grad_sharding is not None:
+      acc = jax.lax.with_sharding_constraint(acc, grad_sharding)
+    return acc, dict(metrics, loss=loss)
+
+  if micro["ids"].shape[0] == 1:  # no accumulation: the plain minibatch gradient
+    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        params, jax.tree.map(lambda x: x[0], micro), graphdef, spec, update_index)
+    return grads, dict(metrics, loss=loss)
+  zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+  grads, metrics_M = jax.lax.scan(body, zeros, micro)
+  return grads, combine_metrics(metrics_M, micro["share"])
+
+
+def accumulated_update(params, opt_state, micro, update_index, *, graphdef, tx, spec,
+                       grad_sharding=None):
+  """`accumulated_grads`, then one optimizer step."""
+  grads, metrics = accumulated_grads(params, micro, update_index, graphdef=graphdef, spec=spec,
+                                     grad_sharding=grad_sharding)
+  grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
+  updates, opt_state = tx.update(grads, opt_state, params)
+  params = optax.apply_updates(params, updates)
+  return params, opt_state, dict(metrics, grad_norm=optax.tree.norm(grads))
+
+
+def compiled_update(policy, spec):
+  """The policy's accumulated-update program for ``spec``, built once; with a
+  mesh its outputs carry the policy's parameter and optimizer shardings."""
+  if spec not in policy.compiled:
+    fn = functools.partial(accumulated_update, graphdef=policy.graphdef, tx=policy.tx, spec=spec,
+                           grad_sharding=policy.param_sharding)
+    kw = {}
+    if policy.mesh is not None:
+      replicated = jax.sharding.NamedSharding(policy.mesh, jax.sharding.PartitionSpec())
+      kw["out_shardings"] = (policy.param_sharding, policy.opt_sharding, replicated)
+    policy.compiled[spec] = jax.jit(fn, donate_argnums=(0, 1), **kw)
+  return policy.compiled[spec]
+
+
+def update(policy, params, opt_state, batch: dict, update_index, spec, *,
+           micro_batch_tokens: int = 0):
+  """One optimizer step on a host minibatch; ``params`` and ``opt_state`` are donated.
+
+  Without a mesh and with the minibatch under the budget this is the plain
+  ``update_minibatch`` (one program, unchanged numerics).
+  """
+  b, t = batch["ids"].shape
+  mesh = policy.mesh
+  shards = batch_shards(mesh) if mesh is not None else 1
+  rows = rows_per_micro(b, t, micro_batch_tokens, shards)
+  if mesh is None and rows >= b:
+    return update_minibatch(params, opt_state, to_device_batch(batch), update_index,
+                            graphdef=policy.graphdef, tx=policy.tx, spec=spec)
+  micro = split_minibatch(batch, rows, by_rows=spec.kind == "hacpo")
+  if mesh is not None:
+    micro = {k: jax.device_put(v, batch_sharding(mesh, ndim=v.ndim, row_dim=1))
+             for k, v in micro.items()}
+    # A no-op when already placed; state restored from a checkpoint may not be.
+    params = jax.device_put(params, policy.param_sharding)
+    opt_state = jax.device_put(opt_state, policy.opt_sharding)
+  with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
+    return compiled_update(policy, spec)(params, opt_state, micro, update_index)

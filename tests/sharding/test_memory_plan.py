@@ -1,0 +1,62 @@
+"""The memory plan of a narrow model: temporaries follow the micro-batch, not the minibatch, and
+with remat one layer's attention scores at most are live (read from memory_analysis on CPU)."""
+
+import dataclasses
+
+import jax
+import pytest
+
+from flax import nnx
+
+from graft_jax.models.config import ModelConfig
+from graft_jax.models.decoder import init_model
+from graft_jax.sharding import MeshConfig, make_mesh
+from graft_jax.sharding.memory_plan import largest_rows, update_memory
+from graft_jax.train.config import OptimizerConfig
+from graft_jax.train.update import LossSpec, make_optimizer
+
+pytestmark = pytest.mark.slow  # about ten compiles of a narrow model's update
+
+T = 512  # long enough that one layer's scores (4 MiB) outweigh its weights (0.15 MiB)
+NARROW = ModelConfig(model_type="qwen3", vocab_size=128, hidden_size=64, intermediate_size=128,
+                     num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, qk_norm=True)
+SCORES = NARROW.num_heads * T * T * 4  # one row's fp32 attention scores of one layer
+
+
+@pytest.fixture(scope="module")
+def memory():
+  mesh = make_mesh(MeshConfig(1, 1, 1), jax.devices()[:1])
+  tx = make_optimizer(OptimizerConfig())
+
+  def run(rows=1, minibatch=4, layers=2, remat="full", scan=True):
+    cfg = dataclasses.replace(NARROW, num_layers=layers, use_rope_layers=(1,) * layers)
+    return update_memory(cfg, mesh, tx, LossSpec(), rows_per_device=rows, length=T,
+                         minibatch_rows=minibatch, remat=remat, scan_layers=scan)
+  return run
+
+
+def test_temporaries_follow_the_micro_batch_not_the_minibatch(memory):
+  one, two = memory(rows=1), memory(rows=2)
+  assert two.temporaries > one.temporaries
+  big_minibatch = memory(rows=1, minibatch=16)  # 16 micro-batches instead of 4
+  assert big_minibatch.temporaries == one.temporaries
+  assert largest_rows(one, two, one.total - 1) == 0
+  assert largest_rows(one, two, two.total) >= 2
+
+
+def test_with_remat_at_most_one_layers_scores_are_live(memory):
+  # Two more layers without remat keep two more layers' scores (and softmax) for the
+  # backward pass; with remat only each layer's input row stays.
+  plain = memory(layers=4, remat="none", scan=False).temporaries - memory(
+      layers=2, remat="none", scan=False).temporaries
+  remat = memory(layers=4).temporaries - memory(layers=2).temporaries
+  assert plain >= 2 * SCORES
+  assert remat < SCORES / 2
+  assert memory(layers=4).temporaries < memory(layers=4, remat="none", scan=False).temporaries
+
+
+def test_fixed_state_is_counted_from_the_shardings(memory):
+  m = memory()
+  n_params = sum(x.size for x in jax.tree.leaves(nnx.state(init_model(NARROW))))
+  assert m.params == 4 * n_params and m.opt_state == 2 * m.params + 8  # mu, nu + 2 int32 counts
+  assert m.grads == m.params
