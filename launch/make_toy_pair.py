@@ -1,15 +1,23 @@
 """Build (or reuse) the toy heterogeneous pair and print its pass-rate table.
 
-  python launch/make_toy_pair.py [--root runs/toy_pair] [--seed 0] [--force]
+  python launch/make_toy_pair.py [--root runs/toy_pair] [--force]
+  python launch/make_toy_pair.py --ship    # rebuild graft_jax/toy/prebuilt (the shipped pair)
+  python launch/make_toy_pair.py --check   # rebuild in a temporary folder, compare with it
+
+A build is deterministic: `--check` exits 1 unless every file of both model
+folders matches the shipped pair's recorded sha256 bit for bit.
 """
 
 import argparse
+import json
 import logging
+import sys
+import tempfile
 import time
 
 from graft_jax import toy
+from graft_jax.toy import pair as pair_lib
 from graft_jax.toy.evaluate import format_table, pass_rate_table
-from graft_jax.toy.pair import BUILD_FILE
 
 
 def main():
@@ -17,25 +25,38 @@ def main():
   parser.add_argument("--root", default=toy.DEFAULT_ROOT)
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--force", action="store_true", help="rebuild even if cached")
+  parser.add_argument("--ship", action="store_true", help="build into graft_jax/toy/prebuilt")
+  parser.add_argument("--check", action="store_true", help="rebuild and compare with the shipped pair")
   args = parser.parse_args()
   logging.basicConfig(level=logging.INFO, format="%(message)s")
   logging.getLogger("jax").setLevel(logging.WARNING)
   cfg = toy.default_config(args.seed)
   start = time.perf_counter()
-  pair = toy.ensure_toy_pair(args.root, cfg, force=args.force)
+  if args.check:
+    shipped = pair_lib.read_record(pair_lib.PREBUILT) or {}
+    with tempfile.TemporaryDirectory() as tmp:
+      built = toy.ensure_toy_pair(f"{tmp}/pair", cfg, force=True, evaluate=False)
+      diff = sorted(f for f in {**shipped.get("files", {}), **built.record["files"]}
+                    if shipped.get("files", {}).get(f) != built.record["files"].get(f))
+    print(f"rebuilt in {time.perf_counter() - start:.0f}s; key {built.key} "
+          f"(shipped {shipped.get('key')}); files that differ: {diff or 'none'}")
+    sys.exit(0 if not diff and built.key == shipped.get("key") else 1)
+  root = pair_lib.PREBUILT if args.ship else args.root
+  pair = toy.ensure_toy_pair(root, cfg, force=args.force or args.ship)
   record = pair.record
   if "pass_rates" not in record:  # built by a caller that skipped the evaluation
     record["pass_rates"] = pass_rate_table([pair.model_a, pair.model_b], cfg)
-    (pair.root / BUILD_FILE).write_text(__import__("json").dumps(record, indent=2))
+    (pair.root / pair_lib.BUILD_FILE).write_text(json.dumps(record, indent=2))
   for m in record["models"]:
     print(f"{m['name']}: {m['model_type']}, {m['params']:,} params, vocab {m['vocab_size']}, "
-          f"{m['train_rows']} train problems, loss {m['first_loss']:.2f} -> "
+          f"{m['train_rows']} train rows, loss {m['first_loss']:.2f} -> "
           f"{m['final_loss']:.3f}, {m['seconds']:.0f}s")
-  what = "built" if pair.built else "reused (cached)"
+  what = "built" if pair.built else "reused (cached or shipped)"
   print(f"{what} {pair.model_a} and {pair.model_b} (key {pair.key}) in "
         f"{time.perf_counter() - start:.0f}s; build took {record['total_seconds']:.0f}s")
   print(f"pass rate at T=1 on held-out problems ({cfg.eval_per_family} per family, "
-        f"{cfg.eval_samples} samples each; rows: model, columns: family group):")
+        f"{cfg.eval_samples} samples each), and the share of samples choosing the correct "
+        f"procedure:")
   print(format_table(record["pass_rates"], [g for g, _ in cfg.groups]))
 
 

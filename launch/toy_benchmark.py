@@ -1,6 +1,6 @@
 """The toy reproduction benchmark: every method, several seeds, both directions -> RESULTS.md.
 
-  python launch/toy_benchmark.py [--seeds 0 1 2] [--steps 24] [--jobs 1] [--out runs/toy_benchmark]
+  python launch/toy_benchmark.py [--seeds 0 1 2] [--steps 40] [--jobs 1] [--out runs/toy_benchmark]
 
 A script, not a test. Cells (seed x method) are independent: `--jobs N` runs N
 at a time as subprocesses, and a rerun skips the cells already finished.
@@ -20,8 +20,8 @@ from graft_jax.experiments import toy_benchmark, toy_compare
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-  parser.add_argument("--steps", type=int, default=24)
-  parser.add_argument("--eval-k", type=int, default=4)
+  parser.add_argument("--steps", type=int, default=40)
+  parser.add_argument("--eval-k", type=int, default=2)
   parser.add_argument("--jobs", type=int, default=1, help="cells run at a time (subprocesses)")
   parser.add_argument("--out", default="runs/toy_benchmark")
   parser.add_argument("--results", default="RESULTS.md")
@@ -34,12 +34,12 @@ def main():
   for noisy in ("jax", "absl", "orbax"):
     logging.getLogger(noisy).setLevel(logging.WARNING)
   out = pathlib.Path(args.out)
-  pair_cfg = toy.tiny_config(0) if args.smoke else toy.default_config(0)
+  pair_cfg = toy.tiny_config() if args.smoke else toy.default_config()
   pair = toy.ensure_toy_pair(out / "toy_pair" if args.smoke else toy.DEFAULT_ROOT, pair_cfg)
   run_here = lambda cell: toy_benchmark.run_cell(
       cell, pair, pair_cfg, out, steps=args.steps, eval_k=args.eval_k,
       overrides=toy_compare.smoke_overrides(pair_cfg) if args.smoke else None,
-      num_problems=64 if args.smoke else 1536)
+      num_problems=64 if args.smoke else 2048)
   if args.cell:
     run_here(toy_benchmark.Cell(**json.loads(args.cell)))
     return
@@ -57,7 +57,8 @@ def main():
   if "--machine" in argv:  # printed on a line of its own
     del argv[argv.index("--machine"):argv.index("--machine") + 2]
   text = toy_benchmark.results_markdown(res, shlex.join(["python", *argv]), args.machine)
-  pathlib.Path(args.results).write_text(text)
+  doc = pathlib.Path(args.results)
+  doc.write_text(toy_benchmark.splice(doc.read_text() if doc.exists() else "", text))
   print(text)
 
 

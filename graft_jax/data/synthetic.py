@@ -18,8 +18,8 @@ SOURCE = "synthetic"
 FAMILY_NAMES = tuple(fam.FAMILIES)
 # Additive vs multiplicative skills: disjoint, and together all families.
 SKILL_GROUPS = {
-    "additive": ("add", "sub", "fracadd", "cmp"),
-    "multiplicative": ("mul", "mod", "lin"),
+    "additive": ("add", "sub", "fracadd", "cmp", "cadd"),
+    "multiplicative": ("mul", "mod", "lin", "cmul"),
 }
 _MAX_TRIES_PER_ITEM = 50
 

@@ -14,6 +14,10 @@ table lookup and the model need not carry in one shot. Formats (difficulty 2):
   mod      Compute 347 mod 9.          347=38*9+5. \\boxed{5}
   fracadd  Compute 1/3+1/6.            1/3+1/6=2/6+1/6=3/6=1/2. \\boxed{1/2}
   cmp      Which is larger, 47 or 52?  52>47. \\boxed{52}
+
+Two more families, ``cadd`` and ``cmul`` (column traces with a correct and a
+buggy carry procedure, difficulty d = (d+1)-digit operands), live in
+`graft_jax.data.synthetic_columns`; the toy pair is built on them.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ import re
 from typing import Callable
 
 import sympy
+
+from graft_jax.data import synthetic_columns as columns
 
 MIN_DIFFICULTY, MAX_DIFFICULTY = 1, 5
 _MUL_DIGITS = {1: (1, 1), 2: (2, 1), 3: (2, 2), 4: (3, 2), 5: (3, 3)}
@@ -179,6 +185,10 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
            _gen_fracadd, lambda m: _num(m["a"]) + _num(m["b"])),
     Family("cmp", re.compile(rf"Which is larger, (?P<a>{_NUM}) or (?P<b>{_NUM})\?"),
            _gen_cmp, lambda m: sympy.Max(_num(m["a"]), _num(m["b"]))),
+    Family("cadd", re.compile(r"Add (?P<a>\d+) and (?P<b>\d+)\."), columns.gen_cadd,
+           lambda m: _num(m["a"]) + _num(m["b"])),
+    Family("cmul", re.compile(r"Multiply (?P<a>\d+) by (?P<b>\d+)\."), columns.gen_cmul,
+           lambda m: _num(m["a"]) * _num(m["b"])),
 ]}
 
 

@@ -105,7 +105,7 @@ def cell_path(cell: Cell, out_dir) -> pathlib.Path:
 
 
 def run_cell(cell: Cell, pair, pair_cfg, out_dir, *, steps: int, eval_k: int,
-             overrides=None, num_problems: int = 1536) -> dict:
+             overrides=None, num_problems: int = 2048) -> dict:
   """Trains and evaluates one cell in this process; writes and returns its ``cell.json``.
 
   ``overrides(config_dict)`` may edit the cell's ConfigDict before validation
@@ -133,6 +133,7 @@ def run_cell(cell: Cell, pair, pair_cfg, out_dir, *, steps: int, eval_k: int,
         diagnostics[f"{n}/{key}"] = float(np.mean(vals))
   out = {"cell": dataclasses.asdict(cell), "steps": steps, "eval_k": eval_k,
          "pass1": {n: evals[n]["average"] for n in trained},
+         "pass1_t06": {n: evals[n]["t06"]["average"] for n in trained},
          "pass1_groups": {n: evals[n]["pass1"] for n in trained},
          "diagnostics": diagnostics, "seconds": time.perf_counter() - t0}
   path = cell_path(cell, out_dir)
@@ -245,11 +246,11 @@ def results_markdown(res: dict, command: str, machine: str = "") -> str:
   """RESULTS.md: pass@1 per method and updated model (mean ± std over seeds), then diagnostics."""
   names = res["names"]
   base = res["cells"].get("GRPO n=8", {})
-  lines = ["# Toy reproduction benchmark", "", f"Command: `{command}`", ""]
+  lines = ["## Toy benchmark tables (generated)", "", f"Command: `{command}`", ""]
   if machine:
     lines += [f"Machine: {machine}", ""]
   lines += [f"Held-out pass@1 (%) of the updated model on the toy pair (average of the "
-            f"additive and multiplicative groups), k={res['eval_k']} samples at T=0.6, top-p 0.95, "
+            f"addition and multiplication families), k={res['eval_k']} samples at T=1.0, "
             f"after {res['steps']} steps; mean ± std (ddof=1) over seeds {res['seeds']}. Each "
             "model's peer is the other one. Δ is against GRPO n=8, paired by seed.", "",
             "| method | " + " | ".join(f"{n} (peer {m}) | Δ" for n, m in zip(names, names[::-1]))
@@ -271,6 +272,19 @@ def results_markdown(res: dict, command: str, machine: str = "") -> str:
     lines += ["", groups_markdown(res)]
   lines += ["", diagnostics_markdown(res)]
   return "\n".join(lines) + "\n"
+
+
+BEGIN, END = "<!-- toy_benchmark: begin generated -->", "<!-- toy_benchmark: end generated -->"
+
+
+def splice(document: str, generated: str) -> str:
+  """``document`` with the text between the BEGIN / END markers replaced by ``generated``
+  (appended with its markers when absent); the hand-written rest is left as it is."""
+  block = f"{BEGIN}\n{generated.rstrip()}\n{END}"
+  if BEGIN in document and END in document:
+    head, rest = document.split(BEGIN, 1)
+    return head + block + rest.split(END, 1)[1]
+  return document.rstrip() + "\n\n" + block + "\n"
 
 
 def groups_markdown(res: dict) -> str:

@@ -1,20 +1,25 @@
 """GRPO (n=8) vs GRAFT on the toy pair at the same step budget, both directions, then held-out pass@1.
 
 ``run_comparison`` trains each method's run with ``graft_jax.train.Trainer``
-from the same initial checkpoints, evaluates every policy on held-out
-synthetic problems per family group, and returns a results dict that
-``graft_jax.experiments.toy_report`` prints and plots.
+from the same initial checkpoints on the toy's RL pool (a balanced stream of
+both families), validates every few steps on a slice of the held-out set,
+evaluates every policy on the whole held-out set at T=1 (the headline) and at
+T=0.6 / top-p 0.95 (the paper's setting), and returns a results dict that
+``graft_jax.experiments.toy_report`` prints and plots. ``results["summary"]``
+is ``{model: {method: held-out pass@1 (%) at T=1}}``, with ``initial`` for the
+pair as built.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
+import multiprocessing
 import pathlib
 import time
 
 import numpy as np
 
-from graft_jax import data
 from graft_jax import eval as graft_eval
 from graft_jax.data.prompts import PromptTemplate
 from graft_jax.models import load_hf, load_tokenizer
@@ -22,6 +27,7 @@ from graft_jax.rollout import JaxSamplerEngine, SamplingParams
 from graft_jax.toy import pair as toy_pair
 from graft_jax.train.metrics import read_jsonl
 from graft_jax.train.trainer import Trainer
+from graft_jax.train.validation import Validator
 
 log = logging.getLogger(__name__)
 
@@ -35,31 +41,57 @@ def load_pair(pair) -> dict:
   return out
 
 
+# name -> (temperature, top_p) of the held-out evaluations; "t1" is the headline.
+EVAL_SETTINGS = {"t1": (1.0, 1.0), "t06": (0.6, 0.95)}
+VALIDATION_PER_FAMILY = 64  # held-out problems per family validated during training
+
+
 def train_problems(pair_cfg, num: int, seed: int):
-  """Training prompts over every evaluated family, disjoint from the held-out set."""
-  held_out = {p.problem for p in toy_pair.eval_problems(pair_cfg)}
-  per_family = max(1, num // len(pair_cfg.eval_families))
-  return data.make_synthetic(list(pair_cfg.eval_families), per_family, seed=seed + 500,
-                             difficulty=pair_cfg.difficulty, exclude=held_out)
+  """The first ``num`` RL prompts in the seed's balanced order (never in a warm start or eval)."""
+  return toy_pair.rl_problems(pair_cfg, seed)[:num]
+
+
+def eval_suite(pair_cfg, per_family: int | None = None) -> dict:
+  """{group: held-out problems}, optionally the first ``per_family`` of each family."""
+  problems = toy_pair.eval_problems(pair_cfg)
+  suite = {}
+  for group, fams in pair_cfg.groups:
+    probs = [p for p in problems if p.family in fams]
+    suite[group] = probs[:per_family * len(fams)] if per_family else probs
+  return suite
 
 
 def evaluate_models(models: dict, pair_cfg, *, k: int, seed: int) -> dict:
-  """pass@1 per family group (T=0.6, top-p 0.95) and per-problem correct counts."""
-  problems = toy_pair.eval_problems(pair_cfg)
-  suite = {group: [p for p in problems if p.family in fams] for group, fams in pair_cfg.groups}
-  sampling = SamplingParams(max_new_tokens=pair_cfg.max_new_tokens, temperature=0.6, top_p=0.95,
-                            seed=seed)
+  """Held-out pass@1 per family group at each of ``EVAL_SETTINGS``.
+
+  ``out[name]`` has ``pass1`` (per group), ``average`` and ``num_correct`` (per
+  problem) at T=1, and the same under ``out[name][setting]`` for every setting.
+  """
+  suite = eval_suite(pair_cfg)
   out = {}
   for name, (model, tok) in models.items():
     engine = JaxSamplerEngine(model, eos_ids=tok.eos_token_id, pad_id=tok.pad_token_id)
-    report = graft_eval.evaluate(engine, tok, suite, k=k, sampling=sampling,
-                                 template=PromptTemplate.named("toy"), batch_size=64)
-    out[name] = {
-        "pass1": {r.name: r.pass_at[1] for r in report.results},
-        "average": report.average[1],
-        "num_correct": {pid: c for r in report.results for pid, c in r.num_correct.items()},
-    }
+    out[name] = {}
+    for setting, (temperature, top_p) in EVAL_SETTINGS.items():
+      sampling = SamplingParams(max_new_tokens=pair_cfg.max_new_tokens, temperature=temperature,
+                                top_p=top_p, seed=seed)
+      report = graft_eval.evaluate(engine, tok, suite, k=k, sampling=sampling,
+                                   template=PromptTemplate.named("toy"), batch_size=128)
+      out[name][setting] = {
+          "pass1": {r.name: r.pass_at[1] for r in report.results},
+          "average": report.average[1],
+          "num_correct": {pid: c for r in report.results for pid, c in r.num_correct.items()},
+      }
+    out[name].update(out[name]["t1"])
   return out
+
+
+def validator(cfg, pair_cfg) -> Validator:
+  """Held-out pass@1 at T=1 (one sample per problem) every ``cfg.eval.every_steps`` steps."""
+  return Validator(eval_suite(pair_cfg, VALIDATION_PER_FAMILY), every_steps=cfg.eval.every_steps,
+                   k=1, temperature=1.0, top_p=1.0, seed=cfg.seed,
+                   max_new_tokens=cfg.max_response_len, prompt_suffix=cfg.data.prompt_suffix,
+                   score_fn=None, batch_size=128)
 
 
 def complementarity(evals: dict, names) -> dict:
@@ -74,14 +106,39 @@ def complementarity(evals: dict, names) -> dict:
   return out
 
 
-def train(cfg, problems, models: dict) -> dict:
-  """Runs a ``Trainer`` to the config's step budget; returns the trained ``{name: (decoder, tokenizer)}``."""
-  trainer = Trainer(cfg, problems, models)
+def train(cfg, problems, models: dict, validate=None) -> dict:
+  """Runs a ``Trainer`` to the config's step budget; returns the trained ``{name: (decoder, tokenizer)}``.
+
+  ``validate``: an optional ``Validator`` for held-out pass@1 during training.
+  """
+  trainer = Trainer(cfg, problems, models, validator=validate)
   try:
     trainer.run()
   finally:
     trainer.close()
   return {n: (p.model, p.tokenizer) for n, p in trainer.policies.items()}
+
+
+# Per-step exchange figures kept for the report: (results key, metrics.jsonl key).
+CURVE_KEYS = (("reward", "reward_mean"), ("grafted", "exchange/grafted_groups"),
+              ("offered", "exchange/peer_offered"), ("admitted", "exchange/admitted"),
+              ("s_p50", "exchange/s_p50"), ("eval", "eval/average"))
+
+
+def curve(records, names) -> list[dict]:
+  """One row per step: ``{"step", "<model>/<key>" ...}`` for each of ``CURVE_KEYS``."""
+  return [{"step": r["step"], **{f"{n}/{k}": r.get(f"{n}/{m}") for n in names for k, m in CURVE_KEYS}}
+          for r in records]
+
+
+def admission(rows, names) -> dict:
+  """{model: admitted / offered peer responses over the run} (None without an exchange)."""
+  out = {}
+  for n in names:
+    offered = sum(r.get(f"{n}/offered") or 0 for r in rows)
+    admitted = sum(r.get(f"{n}/admitted") or 0 for r in rows)
+    out[n] = admitted / offered if offered else None
+  return out
 
 
 def smoke_overrides(pair_cfg):
@@ -93,33 +150,63 @@ def smoke_overrides(pair_cfg):
   return apply
 
 
-def run_comparison(cfgs: dict, pair, pair_cfg, *, eval_k: int = 4, seed: int = 0,
-                   num_train_problems: int = 1536) -> dict:
+def run_method(cfg, pair, pair_cfg, *, eval_k: int, seed: int, num_train_problems: int) -> dict:
+  """One method's run: trains from the pair's initial weights, then evaluates (picklable result)."""
+  t0 = time.perf_counter()
+  problems = train_problems(pair_cfg, num_train_problems, seed)
+  models = load_pair(pair)
+  names = list(models)
+  trained = train(cfg, problems, models, validator(cfg, pair_cfg) if cfg.eval.every_steps else None)
+  evals = evaluate_models(trained, pair_cfg, k=eval_k, seed=seed)
+  rows = curve(read_jsonl(pathlib.Path(cfg.workdir) / "metrics.jsonl"), names)
+  return {"evals": evals, "seconds": time.perf_counter() - t0,
+          "complementarity_end": complementarity(evals, names),
+          "curve": rows, "admission": admission(rows, names), "steps": cfg.total_steps}
+
+
+def evaluate_initial(pair, pair_cfg, *, eval_k: int, seed: int) -> dict:
+  return evaluate_models(load_pair(pair), pair_cfg, k=eval_k, seed=seed)
+
+
+def run_comparison(cfgs: dict, pair, pair_cfg, *, eval_k: int = 2, seed: int = 0,
+                   num_train_problems: int = 2048, jobs: int = 1) -> dict:
   """Trains every ``cfgs[method]`` from the pair's initial weights and evaluates the results.
 
   Args:
     cfgs: ``{method label: TrainConfig}``, each with its own workdir.
     pair: a built ``graft_jax.toy.ToyPair``.
-    pair_cfg: the ``ToyPairConfig`` it was built with (held-out set, groups).
+    pair_cfg: the ``ToyPairConfig`` it was built with (pools, groups).
+    jobs: runs (and the initial evaluation) at a time; above 1 each runs in a
+      spawned process. The runs are independent, so results do not depend on it.
   """
-  problems = train_problems(pair_cfg, num_train_problems, seed)
   start = time.perf_counter()
-  initial = load_pair(pair)
-  names = list(initial)
+  kw = dict(eval_k=eval_k, seed=seed)
+  tasks = {label: (run_method, (cfg, pair, pair_cfg), dict(kw, num_train_problems=num_train_problems))
+           for label, cfg in cfgs.items()}
+  tasks["initial"] = (evaluate_initial, (pair, pair_cfg), kw)
+  if jobs > 1:
+    ctx = multiprocessing.get_context("spawn")  # JAX must not be forked
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+      futures = {k: pool.submit(fn, *args, **kwargs) for k, (fn, args, kwargs) in tasks.items()}
+      done = {k: f.result() for k, f in futures.items()}
+  else:
+    done = {k: fn(*args, **kwargs) for k, (fn, args, kwargs) in tasks.items()}
+  names = [m["name"] for m in pair.record["models"]]
   results = {"names": names, "eval_k": eval_k, "groups": [g for g, _ in pair_cfg.groups],
-             "initial": evaluate_models(initial, pair_cfg, k=eval_k, seed=seed), "runs": {}}
+             "eval_problems": len(toy_pair.eval_problems(pair_cfg)), "initial": done["initial"],
+             "runs": {label: done[label] for label in cfgs}}
   results["complementarity_start"] = complementarity(results["initial"], names)
-  for label, cfg in cfgs.items():
-    t0 = time.perf_counter()
-    trained = train(cfg, problems, load_pair(pair))
-    evals = evaluate_models(trained, pair_cfg, k=eval_k, seed=seed)
-    results["runs"][label] = {
-        "evals": evals, "seconds": time.perf_counter() - t0,
-        "complementarity_end": complementarity(evals, names),
-        "curve": [{"step": r["step"], **{n: r.get(f"{n}/reward_mean") for n in names},
-                   **{f"{n}/grafted": r.get(f"{n}/exchange/grafted_groups") for n in names}}
-                  for r in read_jsonl(pathlib.Path(cfg.workdir) / "metrics.jsonl")],
-        "steps": cfg.total_steps}
+  results["summary"] = summary(results, "t1")
+  results["summary_t06"] = summary(results, "t06")
   results["seconds"] = time.perf_counter() - start
   return results
 
+
+def summary(results: dict, setting: str) -> dict:
+  """{model: {"initial" | method: held-out pass@1 in percent at ``setting``}}."""
+  out = {}
+  for n in results["names"]:
+    out[n] = {"initial": 100 * results["initial"][n][setting]["average"]}
+    for label, run in results["runs"].items():
+      out[n][label] = 100 * run["evals"][n][setting]["average"]
+  return out

@@ -1,4 +1,4 @@
-"""Printing and plotting the toy comparison: the paper-style table, complementarity, learning curves."""
+"""Printing and plotting the toy comparison: the paper-style tables, the exchange, complementarity, learning curves."""
 
 from __future__ import annotations
 
@@ -11,21 +11,42 @@ def _pct(x) -> str:
   return "  n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:5.1f}"
 
 
-def results_table(results: dict, baseline: str = "grpo", method: str = "graft") -> str:
-  """Updated model | peer | GRPO n=8 | GRAFT | delta, on held-out pass@1 (%), per group and average."""
+def results_table(results: dict, baseline: str = "grpo", method: str = "graft",
+                  setting: str = "t1") -> str:
+  """Updated model | peer | initial | GRPO n=8 | GRAFT | delta, then per group
+  initial / GRPO / GRAFT, on held-out pass@1 (%) at one of ``EVAL_SETTINGS``."""
   names, groups = results["names"], results["groups"]
+  pick = lambda evals, n: evals[n].get(setting, evals[n])
   base, ours = results["runs"][baseline]["evals"], results["runs"][method]["evals"]
   init = results["initial"]
-  lines = [f"Held-out pass@1 (%), k={results['eval_k']} samples at T=0.6, top-p 0.95",
-           f"{'updated model':14s} {'peer':8s} {'initial':>8s} {'GRPO n=8':>9s} {'GRAFT':>7s} {'delta':>7s}"
-           + "".join(f"  {g[:10]:>10s} GRPO/GRAFT" for g in groups)]
+  where = ("T=1.0" if setting == "t1" else "T=0.6, top-p 0.95")
+  lines = [f"Held-out pass@1 (%) at {where}, k={results['eval_k']} samples on "
+           f"{results.get('eval_problems', '?')} problems",
+           f"{'updated model':14s} {'peer':8s} {'initial':>8s} {'GRPO n=8':>9s} {'GRAFT':>7s} "
+           f"{'delta':>7s}" + "".join(f"  {g[:8] + ' init/GRPO/GRAFT':>24s}" for g in groups)]
   for recv, peer in zip(names, names[::-1]):
-    b, o = base[recv]["average"], ours[recv]["average"]
-    row = (f"{recv:14s} {peer:8s} {_pct(init[recv]['average']):>8s} {_pct(b):>9s} {_pct(o):>7s} "
-           f"{100 * (o - b):+7.2f}")
+    i, b, o = (pick(e, recv) for e in (init, base, ours))
+    row = (f"{recv:14s} {peer:8s} {_pct(i['average']):>8s} {_pct(b['average']):>9s} "
+           f"{_pct(o['average']):>7s} {100 * (o['average'] - b['average']):+7.2f}")
     for g in groups:
-      row += f"  {_pct(base[recv]['pass1'][g]):>10s} / {_pct(ours[recv]['pass1'][g])}"
+      row += f"  {_pct(i['pass1'][g]):>8s} /{_pct(b['pass1'][g])} /{_pct(o['pass1'][g])}"
     lines.append(row)
+  return "\n".join(lines)
+
+
+def exchange_lines(results: dict, method: str = "graft") -> str:
+  """Per receiver: grafted groups, offered and admitted peer responses per step, median s."""
+  run = results["runs"].get(method)
+  if run is None:
+    return ""
+  lines = [f"Exchange under {method}, mean per step (receiver's view):"]
+  for n in results["names"]:
+    col = lambda k: [r[f"{n}/{k}"] for r in run["curve"] if r.get(f"{n}/{k}") is not None]
+    mean = lambda v: sum(v) / len(v) if v else float("nan")
+    share = run["admission"].get(n)
+    lines.append(f"  {n:8s} grafted groups {mean(col('grafted')):5.2f}, offered "
+                 f"{mean(col('offered')):6.1f}, admitted {mean(col('admitted')):6.1f} "
+                 f"({_pct(share)}% of offered), median s {mean(col('s_p50')):.3f}")
   return "\n".join(lines)
 
 
@@ -42,24 +63,49 @@ def complementarity_lines(results: dict, method: str = "graft") -> str:
   return "\n".join(lines)
 
 
-def plot_curves(results: dict, path) -> pathlib.Path:
-  """Training reward per step, per model and method (PNG)."""
+def plot_curves(results: dict, path, method: str = "graft") -> pathlib.Path:
+  """One PNG, a column per model: held-out pass@1 over training for each method
+  (top); under ``method``, grafted groups and the median gate score per step
+  (middle), and the peer responses offered and admitted per step (bottom)."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
   names = results["names"]
-  fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 3.4), squeeze=False)
-  for ax, name in zip(axes[0], names):
-    for label, run in results["runs"].items():
-      steps = [r["step"] for r in run["curve"]]
-      ax.plot(steps, [r[name] for r in run["curve"]], label=label)
-    ax.set_title(f"{name}: mean training reward")
-    ax.set_xlabel("step")
+  fig, axes = plt.subplots(3, len(names), figsize=(5.4 * len(names), 9.0), squeeze=False)
+  run = results["runs"].get(method)
+  for col, name in enumerate(names):
+    ax = axes[0][col]
+    for label, r in results["runs"].items():
+      pts = [(0, results["initial"][name]["average"])]
+      pts += [(c["step"] + 1, c[f"{name}/eval"]) for c in r["curve"]
+              if c.get(f"{name}/eval") is not None]
+      ax.plot([s for s, _ in pts], [100 * v for _, v in pts], marker="o", label=label)
+    ax.set_title(f"{name}: held-out pass@1 at T=1 (%)")
+    ax.set_xlabel("training step (0: initial pair)")
     ax.legend()
+    if run is None:
+      for ax in (axes[1][col], axes[2][col]):
+        ax.set_visible(False)
+      continue
+    steps = [c["step"] + 1 for c in run["curve"]]
+    get = lambda key: [c.get(f"{name}/{key}") for c in run["curve"]]
+    ax = axes[1][col]
+    ax.bar(steps, [v or 0 for v in get("grafted")], color="tab:green", alpha=0.6)
+    ax.set_ylabel("grafted groups (bars)")
+    ax.set_title(f"{name} receiving under {method}")
+    twin = ax.twinx()
+    twin.plot(steps, [v if v is not None else float("nan") for v in get("s_p50")], "k.-")
+    twin.set_ylim(0, 1.2)
+    twin.set_ylabel("median gate score s (dots)")
+    ax = axes[2][col]
+    ax.plot(steps, [v or 0 for v in get("offered")], label="peer responses offered")
+    ax.plot(steps, [v or 0 for v in get("admitted")], label="admitted by the gate")
+    ax.set_xlabel("training step")
+    ax.legend(fontsize=8)
   fig.tight_layout()
   path = pathlib.Path(path)
-  fig.savefig(path, dpi=110)
+  fig.savefig(path, dpi=90)
   plt.close(fig)
   return path
 

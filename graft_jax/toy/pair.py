@@ -2,25 +2,31 @@
 
 `ensure_toy_pair()` returns the folders of `runs/toy_pair/{model_a,model_b}`,
 building them first when absent or made from other settings (the cache key is
-`spec.cache_key`). A build is deterministic for a given config and seed.
+`spec.cache_key`). A build is deterministic for a given config and seed. The
+default pair ships prebuilt in `graft_jax/toy/prebuilt/` (about 2 MB; rebuilt
+bit for bit by `launch/make_toy_pair.py --ship`) and is copied from there when
+its key matches, so the main job spends its time on RL.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import shutil
 import tempfile
 import time
 from pathlib import Path
+import hashlib
+import random
 
 import jax
 from flax import nnx
 
 from graft_jax.data.problem import Problem
-from graft_jax.data.synthetic import make_synthetic
 from graft_jax.models import save_hf
+from graft_jax.toy import pools as pools_lib
 from graft_jax.toy import spec as spec_lib
 from graft_jax.toy.tokenizer import train_tokenizer
 from graft_jax.toy.warm_start import init_host, tokenize_pairs, train_sft
@@ -28,6 +34,7 @@ from graft_jax.toy.warm_start import init_host, tokenize_pairs, train_sft
 log = logging.getLogger(__name__)
 BUILD_FILE = "toy_pair.json"  # in the root: key, settings, timings, pass rates
 FOLDERS = ("model_a", "model_b")
+PREBUILT = Path(__file__).with_name("prebuilt")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,44 +57,71 @@ def response_text(solution: str) -> str:
   return " " + solution
 
 
+@functools.lru_cache(maxsize=4)
+def make_pools(cfg: spec_lib.ToyPairConfig) -> pools_lib.Pools:
+  """The config's disjoint pools (cached: drawing them re-checks every answer with sympy)."""
+  return pools_lib.make_pools(cfg)
+
+
 def eval_problems(cfg: spec_lib.ToyPairConfig) -> list[Problem]:
-  """Held-out problems of every evaluated family (never trained on)."""
-  return make_synthetic(cfg.eval_families, cfg.eval_per_family,
-                        seed=cfg.seed + 10_000, difficulty=cfg.difficulty)
+  """Held-out problems of every family (in no warm start and no RL pool)."""
+  return make_pools(cfg).eval
 
 
-def training_problems(model: spec_lib.ToyModelSpec, cfg: spec_lib.ToyPairConfig,
-                      index: int, exclude: set[str]) -> list[Problem]:
-  out = []
-  for family, n, difficulty in model.mixture:
-    out += make_synthetic(family, n, seed=cfg.seed + 1 + index, difficulty=difficulty,
-                          exclude=exclude)
-  return out
+def rl_problems(cfg: spec_lib.ToyPairConfig, seed: int) -> list[Problem]:
+  """The RL pool in a seeded order that alternates families, so every window of
+  2k consecutive prompts holds k of each (a balanced stream when read unshuffled)."""
+  per_family = {}
+  for p in make_pools(cfg).rl:
+    per_family.setdefault(p.family, []).append(p)
+  rng = random.Random(f"graft-toy-rl/{seed}")
+  for probs in per_family.values():
+    rng.shuffle(probs)
+  return [p for row in zip(*per_family.values()) for p in row]
+
+
+def _tokenize_rows(tok, rows, max_len: int):
+  prompts = [prompt_text(problem) + given for problem, given, _ in rows]
+  targets = [target for _, _, target in rows]
+  # A given prefix must not change how the target tokenizes: the sampler sees
+  # the whole response as one token stream.
+  for (problem, given, target), prompt in zip(rows, prompts):
+    if given and (tok.encode(prompt, add_special_tokens=False)
+                  + tok.encode(target, add_special_tokens=False)
+                  != tok.encode(prompt + target, add_special_tokens=False)):
+      raise ValueError(f"tokenizer splits {given!r}|{target[:12]!r} differently joined")
+  return tokenize_pairs(tok, prompts, targets, max_len)
 
 
 def build_model(model_spec: spec_lib.ToyModelSpec, cfg: spec_lib.ToyPairConfig, index: int,
-                exclude: set[str], out_dir: Path) -> dict:
+                out_dir: Path) -> dict:
   """Trains one tokenizer + model and writes its HF folder; returns build stats."""
   start = time.perf_counter()
-  problems = training_problems(model_spec, cfg, index, exclude)
-  prompts = [prompt_text(p.problem) for p in problems]
-  responses = [response_text(p.solution) for p in problems]
-  tok = train_tokenizer([p + r for p, r in zip(prompts, responses)], model_spec.model_type,
+  rows = pools_lib.warm_rows(model_spec, make_pools(cfg), index, cfg.seed)
+  tok = train_tokenizer([prompt_text(p) + g + t for p, g, t in rows], model_spec.model_type,
                         model_spec.vocab_size)
   model_cfg = model_spec.model_config(len(tok), tok.eos_token_id, tok.pad_token_id,
                                       max_positions=4 * cfg.max_len)
-  data = tokenize_pairs(tok, prompts, responses, cfg.max_len)
+  data = _tokenize_rows(tok, rows, cfg.max_len)
   model = init_host(model_cfg, seed=cfg.seed * 2 + index)
   tokenized = time.perf_counter()
   model, losses = train_sft(model, data, model_spec.sft, seed=cfg.seed * 2 + index)
+  log.info("%s: %d warm-start rows, %d SFT steps, loss %.3f -> %.3f in %.0fs", model_spec.name,
+           len(rows), model_spec.sft.steps, losses[0], losses[-1], time.perf_counter() - start)
   save_hf(model, model_cfg, tok, out_dir)
   n_params = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
   return dict(name=model_spec.name, model_type=model_spec.model_type,
-              vocab_size=len(tok), params=int(n_params), train_rows=len(problems),
+              vocab_size=len(tok), params=int(n_params), train_rows=len(rows),
               mean_tokens=float(data.attn_mask_NxT.sum(1).mean()),
               first_loss=losses[0], final_loss=sum(losses[-20:]) / len(losses[-20:]),
               seconds=time.perf_counter() - start,
               train_seconds=time.perf_counter() - tokenized)
+
+
+def file_hashes(root: Path) -> dict:
+  """sha256 of every file of both model folders, by relative path."""
+  return {str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest()
+          for folder in FOLDERS for f in sorted((root / folder).iterdir()) if f.is_file()}
 
 
 def read_record(root: str | Path) -> dict | None:
@@ -100,10 +134,32 @@ def read_record(root: str | Path) -> dict | None:
     return None
 
 
+def load_built(root: str | Path) -> ToyPair:
+  """A finished build under `root` as it is, whatever its key (for experiments on other pairs)."""
+  root = Path(root)
+  record = read_record(root)
+  if record is None or not _matches(root, record, record.get("key")):
+    raise FileNotFoundError(f"{root}: no finished toy pair build ({BUILD_FILE} and both folders)")
+  return ToyPair(root, root / FOLDERS[0], root / FOLDERS[1], record["key"], False, record)
+
+
+def _matches(root: Path, record: dict | None, key: str) -> bool:
+  return (record is not None and record.get("key") == key
+          and all((root / f / "model.safetensors").is_file() for f in FOLDERS))
+
+
+def _move_into(tmp: Path, root: Path) -> None:
+  if root.exists():
+    shutil.rmtree(root)
+  tmp.rename(root)
+
+
 def ensure_toy_pair(root: str | Path = spec_lib.DEFAULT_ROOT,
                     cfg: spec_lib.ToyPairConfig | None = None, *, force: bool = False,
                     evaluate: bool = True) -> ToyPair:
   """The toy pair under `root`, built first unless a build with the same key is there.
+
+  A shipped build (`PREBUILT`) with the same key is copied instead of built.
 
   With `evaluate`, a fresh build also measures the pass-rate table
   (`graft_jax.toy.evaluate`) and stores it in `root/toy_pair.json`.
@@ -112,10 +168,12 @@ def ensure_toy_pair(root: str | Path = spec_lib.DEFAULT_ROOT,
   root = Path(root)
   key = spec_lib.cache_key(cfg)
   record = read_record(root)
-  if (not force and record is not None and record.get("key") == key
-      and all((root / f / "model.safetensors").is_file() for f in FOLDERS)):
+  if not force and _matches(root, record, key):
     return ToyPair(root, root / FOLDERS[0], root / FOLDERS[1], key, False, record)
-  log.info("building the toy pair under %s (key %s)", root, key)
+  shipped = read_record(PREBUILT)
+  copy = not force and root.resolve() != PREBUILT.resolve() and _matches(PREBUILT, shipped, key)
+  log.info("%s the toy pair under %s (key %s)", "copying the shipped" if copy else "building",
+           root, key)
   start = time.perf_counter()
   root.parent.mkdir(parents=True, exist_ok=True)
   # Built beside the target and moved in at the end: a killed build leaves no
@@ -123,12 +181,17 @@ def ensure_toy_pair(root: str | Path = spec_lib.DEFAULT_ROOT,
   tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
   tmp.chmod(0o755)  # mkdtemp's 0700 would follow the folder into place
   try:
-    exclude = {p.problem for p in eval_problems(cfg)}
-    models = [build_model(m, cfg, i, exclude, tmp / f)
+    if copy:
+      for item in (*FOLDERS, BUILD_FILE):
+        (shutil.copytree if item in FOLDERS else shutil.copyfile)(PREBUILT / item, tmp / item)
+      _move_into(tmp, root)
+      return ToyPair(root, root / FOLDERS[0], root / FOLDERS[1], key, False, shipped)
+    models = [build_model(m, cfg, i, tmp / f)
               for i, (m, f) in enumerate(zip((cfg.model_a, cfg.model_b), FOLDERS))]
     record = dict(key=key, recipe=spec_lib.RECIPE_VERSION,
                   prompt_suffix=spec_lib.PROMPT_SUFFIX, config=cfg.to_json(),
-                  models=models, build_seconds=time.perf_counter() - start)
+                  models=models, files=file_hashes(tmp),
+                  build_seconds=time.perf_counter() - start)
     if evaluate:
       from graft_jax.toy.evaluate import pass_rate_table  # pylint: disable=import-outside-toplevel
       eval_start = time.perf_counter()
@@ -138,9 +201,7 @@ def ensure_toy_pair(root: str | Path = spec_lib.DEFAULT_ROOT,
     text = json.dumps(record, indent=2)
     record = json.loads(text)  # as a later, cached call will read it
     (tmp / BUILD_FILE).write_text(text)
-    if root.exists():
-      shutil.rmtree(root)
-    tmp.rename(root)
+    _move_into(tmp, root)
   finally:
     shutil.rmtree(tmp, ignore_errors=True)
   return ToyPair(root, root / FOLDERS[0], root / FOLDERS[1], key, True, record)

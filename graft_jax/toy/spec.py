@@ -1,10 +1,11 @@
-"""The toy pair's recipe: architectures, tokenizers, warm-start mixtures, and its cache key.
+"""The toy pair's recipe: architectures, tokenizers, strategy priors, pools, and its cache key.
 
-Model A is Qwen3-like (QK-norm, RoPE in every layer, byte-level tokenizer that
-splits digits); model B is SmolLM3-like (a NoPE layer, character tokenizer
-with 2-digit number chunks), about three times larger. A is warm-started mostly on
-additive families, B mostly on multiplicative ones, each with a little of the
-other's so its pass rate there is low but not zero.
+Model A is Qwen3-like (QK-norm, RoPE in every layer, byte-level tokenizer);
+model B is SmolLM3-like (a NoPE layer, character tokenizer), about three
+times larger. Both are warm-started on both column families
+(`graft_jax.data.synthetic_columns`) and learn both procedures there; what
+differs is how often each *chooses* the correct one: A mostly on addition, B
+mostly on multiplication, each rarely on the other's family.
 """
 
 from __future__ import annotations
@@ -21,15 +22,17 @@ from graft_jax.toy.warm_start import SFTConfig
 # The trainer's prompt is problem + suffix; the toy config must use this one.
 PROMPT_SUFFIX = " Answer:"
 # Bump when the build code changes what it produces for the same settings.
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3
 DEFAULT_ROOT = "runs/toy_pair"
 
 
 @dataclasses.dataclass(frozen=True)
 class ToyModelSpec:
-  """One toy model: architecture, tokenizer, and warm-start data and schedule.
+  """One toy model: architecture, tokenizer, strategy prior and warm-start schedule.
 
-  `mixture` lists (family, number of distinct training problems, difficulty).
+  `competence` lists (family, p): the share of the model's warm-start traces
+  of that family that choose the correct procedure, i.e. the probability it
+  learns to put on the correct strategy word.
   """
 
   name: str
@@ -41,7 +44,7 @@ class ToyModelSpec:
   num_heads: int
   num_kv_heads: int
   head_dim: int
-  mixture: tuple[tuple[str, int, int], ...]
+  competence: tuple[tuple[str, float], ...]
   sft: SFTConfig = SFTConfig()
   no_rope_layers: tuple[int, ...] = ()  # smollm3: 1 = RoPE, 0 = NoPE
 
@@ -60,28 +63,36 @@ class ToyModelSpec:
     return ModelConfig.from_hf_config(hf)
 
   @property
-  def families(self) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(f for f, _, _ in self.mixture))
+  def strong_family(self) -> str:
+    return max(self.competence, key=lambda fp: fp[1])[0]
 
 
 @dataclasses.dataclass(frozen=True)
 class ToyPairConfig:
   """Everything that determines the built pair (and so its cache key).
 
-  `groups` names the family groups of the pass-rate table; held-out eval
-  problems (`eval_per_family` per family, `eval_samples` samples each at
-  temperature 1) are excluded from both models' training data.
+  Per family, one seeded draw of distinct problems is cut into disjoint pools
+  (`graft_jax.toy.pools`): held-out evaluation (`eval_per_family`), RL
+  prompts (`rl_per_family`), and for each model `warm_per_family` problems
+  with one trace each (strategy chosen at the model's p) plus
+  `drill_per_family` problems traced with both procedures, the strategy
+  words given as context and not trained on (so both models execute both
+  procedures in both families, while the strategy prior comes only from the
+  first set). `groups` names the per-family table's columns.
   """
 
   model_a: ToyModelSpec
   model_b: ToyModelSpec
   seed: int = 0
-  difficulty: int = 2
-  max_len: int = 64  # prompt + response + EOS, in either tokenizer
-  groups: tuple[tuple[str, tuple[str, ...]], ...] = (
-      ("additive", ("add", "sub")), ("multiplicative", ("mul",)))
-  eval_per_family: int = 64
-  eval_samples: int = 4
+  families: tuple[str, ...] = ("cadd", "cmul")
+  difficulty: int = 2  # 3-digit operands
+  warm_per_family: int = 1000
+  drill_per_family: int = 600
+  rl_per_family: int = 1024
+  eval_per_family: int = 512
+  max_len: int = 72  # prompt + response + EOS, in either tokenizer
+  groups: tuple[tuple[str, tuple[str, ...]], ...] = (("add", ("cadd",)), ("mul", ("cmul",)))
+  eval_samples: int = 2
   max_new_tokens: int = 48
 
   @property
@@ -93,28 +104,28 @@ class ToyPairConfig:
 
 
 def default_config(seed: int = 0) -> ToyPairConfig:
-  """The embedded default's pair (under a minute of CPU per model).
+  """The embedded default's pair.
 
-  B also sees the one-digit times table, which lifts its two-digit products.
-  The SFT step counts sit where each model has learned its own families but
-  not saturated them (pass rates at T=1 on held-out problems: A 60% additive,
-  5% multiplicative; B 2% additive, 43% multiplicative), so both have mixed
-  groups on their own side and all-fail groups on the peer's. A at 350 steps
-  is near 4% on addition and at 1,100 steps near 97%.
+  Strategy priors 0.7 on the own family (GRPO has something to sharpen) and
+  0.003 on the peer's: most of a model's groups there are all-fail, while the
+  peer's correct traces differ from its own only in the strategy word, about
+  log(0.7/0.003) = 5.5 nats over a ~40-token trace (s near 0.87 > 0.8).
+  toy_a's byte-level vocabulary is as large as its corpus allows (303 of 320):
+  at 300 it had no merge left for " high", which then took four tokens that
+  the drills never train, and the gate saw 20 nats where the prior gives 6.
   Heads are 32 wide: vLLM's CPU attention backend refuses head_dim 16, and the
   pair must also serve from vLLM sidecars (`configs/toy.py:vllm`).
   """
   a = ToyModelSpec(
-      name="toy_a", model_type="qwen3", vocab_size=300, hidden_size=64,
+      name="toy_a", model_type="qwen3", vocab_size=320, hidden_size=64,
       intermediate_size=192, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32,
-      mixture=(("add", 1500, 2), ("sub", 1500, 2), ("mul", 40, 2)),
-      sft=SFTConfig(steps=650, batch_size=32, lr=3e-3))
+      competence=(("cadd", 0.7), ("cmul", 0.003)),
+      sft=SFTConfig(steps=1600, batch_size=32, lr=3e-3))
   b = ToyModelSpec(
       name="toy_b", model_type="smollm3", vocab_size=256, hidden_size=96,
       intermediate_size=192, num_layers=4, num_heads=3, num_kv_heads=1, head_dim=32,
-      no_rope_layers=(1, 1, 1, 0),
-      mixture=(("mul", 800, 2), ("mul", 100, 1), ("add", 40, 2), ("sub", 40, 2)),
-      sft=SFTConfig(steps=700, batch_size=32, lr=5e-3, weight_decay=0.1))
+      no_rope_layers=(1, 1, 1, 0), competence=(("cadd", 0.003), ("cmul", 0.7)),
+      sft=SFTConfig(steps=2000, batch_size=32, lr=3e-3, weight_decay=0.1))
   return ToyPairConfig(model_a=a, model_b=b, seed=seed)
 
 
@@ -123,21 +134,23 @@ def tiny_config(seed: int = 0) -> ToyPairConfig:
   cfg = default_config(seed)
   sft = SFTConfig(steps=4, batch_size=8, warmup_steps=2)
   a = dataclasses.replace(cfg.model_a, hidden_size=32, intermediate_size=64, num_layers=1,
-                          head_dim=8, mixture=(("add", 40, 2), ("mul", 4, 2)), sft=sft)
+                          head_dim=8, sft=sft)
   b = dataclasses.replace(cfg.model_b, hidden_size=32, intermediate_size=64, num_layers=2,
-                          head_dim=8, no_rope_layers=(1, 0),
-                          mixture=(("mul", 40, 2), ("add", 4, 2)), sft=sft)
-  return dataclasses.replace(cfg, model_a=a, model_b=b, eval_per_family=4, eval_samples=2,
-                             max_new_tokens=8)
+                          head_dim=8, no_rope_layers=(1, 0), sft=sft)
+  return dataclasses.replace(cfg, model_a=a, model_b=b, warm_per_family=24,
+                             drill_per_family=8, rl_per_family=48, eval_per_family=4,
+                             eval_samples=2, max_new_tokens=8)
 
 
 def cache_key(cfg: ToyPairConfig) -> str:
-  """sha256 over the settings, the recipe version and the synthetic generator's source."""
-  from graft_jax.data import synthetic, synthetic_families  # pylint: disable=import-outside-toplevel
+  """sha256 over the settings, the recipe version and the synthetic generators' source."""
+  from graft_jax.data import (  # pylint: disable=import-outside-toplevel
+      synthetic, synthetic_columns, synthetic_families)
+  from graft_jax.toy import pools  # pylint: disable=import-outside-toplevel
 
   h = hashlib.sha256()
   h.update(json.dumps({"recipe": RECIPE_VERSION, "prompt_suffix": PROMPT_SUFFIX,
                        "config": cfg.to_json()}, sort_keys=True).encode())
-  for module in (synthetic, synthetic_families):
+  for module in (synthetic, synthetic_columns, synthetic_families, pools):
     h.update(Path(module.__file__).read_bytes())
   return h.hexdigest()[:16]

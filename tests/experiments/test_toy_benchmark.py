@@ -88,6 +88,16 @@ def test_results_markdown_mean_std_and_paired_delta():
   assert "| method | a add | b mul |" in text and "| GRAFT | 30.0 | 50.0 |" in text
 
 
+def test_splice_replaces_only_the_generated_block():
+  doc = "# Results\n\nHand-written analysis.\n"
+  once = tb.splice(doc, "| t | 1 |")
+  assert once.startswith(doc.rstrip()) and f"{tb.BEGIN}\n| t | 1 |\n{tb.END}" in once
+  twice = tb.splice(once + "\nMore analysis after.\n", "| t | 2 |")
+  assert "| t | 1 |" not in twice and "| t | 2 |" in twice
+  assert twice.count(tb.BEGIN) == 1 and twice.endswith("More analysis after.\n")
+  assert "Hand-written analysis." in twice
+
+
 @pytest.mark.slow
 def test_benchmark_script_smoke_runs_cells_in_parallel(tmp_path):
   proc = subprocess.run(

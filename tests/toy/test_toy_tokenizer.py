@@ -9,8 +9,8 @@ from graft_jax.toy.tokenizer import train_tokenizer
 
 @pytest.fixture(scope="module")
 def corpus():
-  problems = make_synthetic(("add", "sub", "mul", "lin", "fracadd", "cmp"), 60, seed=3,
-                            difficulty=2)
+  problems = make_synthetic(("add", "sub", "mul", "lin", "fracadd", "cmp", "cadd", "cmul"), 60,
+                            seed=3, difficulty=2)
   return [prompt_text(p.problem) + response_text(p.solution) for p in problems]
 
 
@@ -24,7 +24,9 @@ def test_vocabularies_and_digit_rules_differ(pair):
   assert len(tok_a) != len(tok_b)
   assert tok_a.eos_token == "<|endoftext|>" and tok_b.eos_token == "<|end_of_text|>"
   assert tok_a.tokenize("Compute 47+385.")[1:6] == ["Ġ", "4", "7", "+", "3"]
-  assert "47" in tok_b.tokenize("Compute 47+385.")
+  # Both split digits; B keeps a word with its leading space, A (byte-level) marks it with Ġ.
+  assert tok_b.tokenize("Compute 47+385.")[1:5] == [" ", "4", "7", "+"]
+  assert " carry" in tok_b.tokenize("Answer: carry tens:") and "Ġcarry" not in tok_b.get_vocab()
   text = "Compute 47+38. Answer: 47+38=85. \\boxed{85}"
   assert tok_a.encode(text) != tok_b.encode(text)
 

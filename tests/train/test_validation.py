@@ -29,15 +29,15 @@ def test_synthetic_suite_is_one_benchmark_per_family_and_never_trained_on():
   cfg = _toy_cfg(max_examples=40)
   train = load_train_problems(cfg)
   suite = eval_suite(cfg, train)
-  assert list(suite) == ["synthetic/add", "synthetic/sub", "synthetic/mul"]
+  assert list(suite) == ["synthetic/cadd", "synthetic/cmul"]
   seen = {p.problem for p in train}
   for name, problems in suite.items():
     assert len(problems) == 40 and {p.family for p in problems} == {name.split("/")[1]}
     assert not seen & {p.problem for p in problems}
     assert len({p.problem for p in problems}) == 40
   # The same config gives the same suite (every method validates on the same problems).
-  assert [p.problem for p in eval_suite(cfg, train)["synthetic/mul"]] == [
-      p.problem for p in suite["synthetic/mul"]]
+  assert [p.problem for p in eval_suite(cfg, train)["synthetic/cmul"]] == [
+      p.problem for p in suite["synthetic/cmul"]]
 
 
 def test_file_suite_reads_data_dir_and_names_what_is_missing(tmp_path):
@@ -134,9 +134,9 @@ def test_a_resumed_run_keeps_its_validation_history(tmp_path):
 
 
 def test_validator_config_follows_the_run():
-  cfg = _toy_cfg(k=2, max_examples=4)
+  cfg = _toy_cfg(k=2, max_examples=4, temperature=0.6, top_p=0.95)
   v = Validator.from_config(cfg, tiny_pair.contains_reward)
   assert (v.every_steps, v.k, v.temperature, v.top_p) == (5, 2, 0.6, 0.95)
   assert v.max_new_tokens == cfg.max_response_len and v.prompt_suffix == " Answer:"
-  assert sum(len(p) for p in v.suite.values()) == 12
+  assert sum(len(p) for p in v.suite.values()) == 4 * len(cfg.data.synthetic.families)
   assert dataclasses.replace(v, every_steps=3).due(2, 100)

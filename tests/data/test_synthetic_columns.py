@@ -1,0 +1,66 @@
+"""Column families: a correct and a buggy carry procedure in one trace format."""
+
+import re
+
+import pytest
+
+from graft_jax.data import make_synthetic
+from graft_jax.data import synthetic_columns as columns
+from graft_jax.rewards import extract, score
+
+_STEP = re.compile(r"(\d)([+*])(\d)\+(\d)=(\d+)\.")
+
+
+def test_hand_worked_traces():
+  # Worked by hand: 347+285 carries 1, 1 (tens) or 2, 4 (units of 12, 14).
+  assert columns.trace("cadd", 347, 285, "correct") == (
+      "carry tens: 7+5+0=12. 4+8+1=13. 3+2+1=6. \\boxed{632}", "632")
+  assert columns.trace("cadd", 347, 285, "buggy") == (
+      "carry units: 7+5+0=12. 4+8+2=14. 3+2+4=9. \\boxed{942}", "942")
+  # 347*6: 42 -> carry 4, 28 -> carry 2, 20; the bug carries 2 (of 42), then 6 (of 26).
+  assert columns.trace("cmul", 347, 6, "correct") == (
+      "carry high: 7*6+0=42. 4*6+4=28. 3*6+2=20. \\boxed{2082}", "2082")
+  assert columns.trace("cmul", 347, 6, "buggy") == (
+      "carry low: 7*6+0=42. 4*6+2=26. 3*6+6=24. \\boxed{2462}", "2462")
+  with pytest.raises(ValueError, match="rule"):
+    columns.trace("cadd", 1, 2, "tens")
+
+
+@pytest.mark.parametrize("difficulty", [1, 2, 3])
+def test_buggy_traces_are_well_formed_boxed_and_wrong(difficulty):
+  problems = make_synthetic(["cadd", "cmul"], 40, seed=difficulty, difficulty=difficulty)
+  texts, golds = [], []
+  for p in problems:
+    a, b = columns.operands(p.family, p.problem)
+    assert p.answer == str(a + b if p.family == "cadd" else a * b)  # plain Python
+    good, bad = (columns.trace(p.family, a, b, r)[0] for r in columns.RULES)
+    assert good == p.solution
+    for text, rule in ((good, "correct"), (bad, "buggy")):
+      assert text.startswith(f"carry {columns.word(p.family, rule)}: ")
+      steps = _STEP.findall(text)
+      assert len(steps) == len(str(a)) and text.count(".") == len(steps)
+      prev = None
+      for x, op, y, c, v in steps:  # every step is a true fact ...
+        x, y, c, v = map(int, (x, y, c, v))
+        assert (x + y if op == "+" else x * y) + c == v
+        if prev is not None:  # ... and the carry is the rule's digit of the last value
+          assert c == (prev // 10 if rule == "correct" else prev % 10)
+        prev = v
+      assert extract.last_boxed(text) is not None
+    texts += [" " + good, " " + bad]
+    golds += [p.answer, p.answer]
+  rewards, stats = score(texts, golds, timeout_s=5.0)
+  assert list(rewards[0::2]) == [1.0] * len(problems)  # the correct procedure is right
+  assert list(rewards[1::2]) == [0.0] * len(problems)  # the bug: boxed, parsed, wrong
+  assert stats.no_boxed == 0
+
+
+def test_each_family_has_its_own_strategy_words():
+  words = [w for family in ("cadd", "cmul") for w in columns.WORDS[family]]
+  assert len(set(words)) == 4  # no word, so no strategy token, shared across families
+  assert columns.word("cadd", "correct") == "tens" and columns.word("cmul", "buggy") == "low"
+
+
+def test_problem_text_round_trips():
+  for family, a, b in (("cadd", 347, 285), ("cmul", 1203, 7)):
+    assert columns.operands(family, columns.problem_text(family, a, b)) == (a, b)
