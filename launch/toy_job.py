@@ -8,11 +8,10 @@ learning_curves.png in the workdir.
 """
 
 import argparse
-import logging
 import pathlib
 import time
 
-from graft_jax import toy
+from graft_jax import cli, toy
 from graft_jax.toy import pair as toy_pair
 from graft_jax.experiments import toy_compare, toy_report
 from graft_jax.train import config as config_lib
@@ -30,9 +29,6 @@ def main():
   parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                       help="config override for both methods, e.g. --set optimizer.lr=3e-4")
   args = parser.parse_args()
-  logging.basicConfig(level=logging.INFO, format="%(message)s")
-  for noisy in ("jax", "absl", "orbax"):
-    logging.getLogger(noisy).setLevel(logging.WARNING)
   start = time.perf_counter()
   workdir = pathlib.Path(args.workdir)
   pair_cfg = toy.tiny_config() if args.smoke else toy.default_config()
@@ -71,4 +67,4 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  cli.guard(main)

@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 
+from graft_jax import cli
 from graft_jax import eval as graft_eval
 from graft_jax.data.prompts import PromptTemplate
 from graft_jax.models import load_hf, load_tokenizer
@@ -186,7 +187,9 @@ def run_comparison(cfgs: dict, pair, pair_cfg, *, eval_k: int = 2, seed: int = 0
   tasks["initial"] = (evaluate_initial, (pair, pair_cfg), kw)
   if jobs > 1:
     ctx = multiprocessing.get_context("spawn")  # JAX must not be forked
-    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+    # Each worker logs like the launcher: our lines above the bar, third-party INFO quiet.
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx,
+                                                initializer=cli.setup_logging) as pool:
       futures = {k: pool.submit(fn, *args, **kwargs) for k, (fn, args, kwargs) in tasks.items()}
       done = {k: f.result() for k, f in futures.items()}
   else:
