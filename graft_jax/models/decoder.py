@@ -12,9 +12,10 @@ import jax.numpy as jnp
 from flax import nnx
 
 from graft_jax.models.config import ModelConfig
+from graft_jax.models.layer_stack import REMAT_POLICIES, run_blocks
 from graft_jax.models.layers import MLP, Attention, RMSNorm, param
 
-KVCache = tuple  # per layer: (k_BxSxKxH, v_BxSxKxH)
+KVCache = tuple  # per layer: (k_BxKxHxS, v_BxKxSxH)
 
 
 class Block(nnx.Module):
@@ -40,7 +41,12 @@ class Decoder(nnx.Module):
 
   `param_dtype` is the storage (master) dtype; `dtype` the compute dtype
   (defaults to `param_dtype`; e.g. fp32 params with bf16 compute).
+  `remat` and `scan_layers` (see `set_memory_options`) change how `hidden`
+  runs the blocks, never what it computes.
   """
+
+  remat: str = "none"
+  scan_layers: bool = False
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, param_dtype=jnp.float32,
                dtype=None):
@@ -71,9 +77,16 @@ class Decoder(nnx.Module):
     causal_TxT = jnp.tril(jnp.ones((t, t), bool))
     mask_BxTxT = causal_TxT[None] & attn_mask_BxT[:, None, :]
     x_BxTxD = self.embed(ids_BxT)
-    for block in self.layers:
-      x_BxTxD, _ = block(x_BxTxD, positions_BxT, mask_BxTxT)
-    return x_BxTxD
+    return run_blocks(self.layers, x_BxTxD, positions_BxT, mask_BxTxT, remat=self.remat,
+                      scan=self.scan_layers)
+
+  def set_memory_options(self, *, remat: str = "none", scan_layers: bool = False) -> None:
+    """Remat policy per block ('none' | 'full' | 'dots_saveable' | 'dots_no_batch') and
+    whether the blocks run under `jax.lax.scan` (`graft_jax.models.layer_stack`).
+    Both are static: they live in the graphdef, so a change recompiles."""
+    if remat != "none" and remat not in REMAT_POLICIES:
+      raise ValueError(f"remat must be 'none' or one of {sorted(REMAT_POLICIES)}, got {remat!r}")
+    self.remat, self.scan_layers = remat, bool(scan_layers)
 
   def forward_cached(self, ids_BxT, positions_BxT, kv_mask_BxS, cache: KVCache,
                      cache_index, *, last_only: bool = False):
@@ -100,9 +113,10 @@ class Decoder(nnx.Module):
     return self.logits(x_BxTxD), tuple(new_cache)
 
   def init_cache(self, batch: int, max_len: int, dtype=None) -> KVCache:
-    shape = (batch, max_len, self.cfg.num_kv_heads, self.cfg.head_dim)
-    dt = dtype or self.dtype
-    return tuple((jnp.zeros(shape, dt), jnp.zeros(shape, dt)) for _ in self.layers)
+    """Per layer (k_BxKxHxS, v_BxKxSxH) zeros: the layouts `Attention` reads them in."""
+    k, h, dt = self.cfg.num_kv_heads, self.cfg.head_dim, dtype or self.dtype
+    return tuple((jnp.zeros((batch, k, h, max_len), dt), jnp.zeros((batch, k, max_len, h), dt))
+                 for _ in self.layers)
 
   def embed(self, ids_BxT):
     return jnp.take(self.embedding_VxD[...], ids_BxT, axis=0).astype(self.dtype)

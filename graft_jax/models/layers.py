@@ -14,6 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from graft_jax.models.matmul import linear
+
 # Large but finite: a fully masked row (a pad query) softmaxes to uniform, not NaN.
 _MASK_VALUE = -1e30
 
@@ -94,12 +96,12 @@ class Attention(nnx.Module):
   def __call__(self, x_BxTxD, positions_BxT, mask_BxTxS, cache=None, cache_index=None):
     """Attends over this call's keys, or over `cache` after writing them at `cache_index`.
 
-    Returns (out_BxTxD, new_cache); `cache` is `(k_BxSxKxH, v_BxSxKxH)` or None.
+    Returns (out_BxTxD, new_cache); `cache` is `(k_BxKxHxS, v_BxKxSxH)` or None.
     """
     dt = x_BxTxD.dtype
-    q_BxTxNxH = jnp.einsum("btd,dnh->btnh", x_BxTxD, self.q_DxNxH[...].astype(dt))
-    k_BxTxKxH = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.k_DxKxH[...].astype(dt))
-    v_BxTxKxH = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.v_DxKxH[...].astype(dt))
+    q_BxTxNxH = linear(x_BxTxD, self.q_DxNxH[...].astype(dt))
+    k_BxTxKxH = linear(x_BxTxD, self.k_DxKxH[...].astype(dt))
+    v_BxTxKxH = linear(x_BxTxD, self.v_DxKxH[...].astype(dt))
     if self.q_norm is not None:
       q_BxTxNxH, k_BxTxKxH = self.q_norm(q_BxTxNxH), self.k_norm(k_BxTxKxH)
     if self.use_rope:
@@ -107,26 +109,47 @@ class Attention(nnx.Module):
       inv_freq = jnp.asarray(rope_inv_freq(self.cfg.head_dim, **self.cfg.rope_kwargs))
       q_BxTxNxH = apply_rope(q_BxTxNxH, positions_BxT, inv_freq)
       k_BxTxKxH = apply_rope(k_BxTxKxH, positions_BxT, inv_freq)
-    if cache is not None:
-      k_cache, v_cache = cache
-      start = (0, cache_index, 0, 0)
-      k_BxSxKxH = jax.lax.dynamic_update_slice(k_cache, k_BxTxKxH.astype(k_cache.dtype), start)
-      v_BxSxKxH = jax.lax.dynamic_update_slice(v_cache, v_BxTxKxH.astype(v_cache.dtype), start)
-      cache = (k_BxSxKxH, v_BxSxKxH)
-    else:
-      k_BxSxKxH, v_BxSxKxH = k_BxTxKxH, v_BxTxKxH
     b, t, n, h = q_BxTxNxH.shape
     kv = self.cfg.num_kv_heads
     # Query head n = k * g + j shares kv head k (transformers' repeat_kv order).
     q_BxTxKxGxH = q_BxTxNxH.reshape(b, t, kv, n // kv, h)
-    scores = jnp.einsum("btkgh,bskh->bkgts", q_BxTxKxGxH, k_BxSxKxH.astype(dt),
-                        preferred_element_type=jnp.float32) * (h ** -0.5)
-    scores = jnp.where(mask_BxTxS[:, None, None], scores, _MASK_VALUE)
-    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-    out_BxTxKxGxH = jnp.einsum("bkgts,bskh->btkgh", probs, v_BxSxKxH.astype(dt))
+    if cache is None:
+      scores = jnp.einsum("btkgh,bskh->bkgts", q_BxTxKxGxH, k_BxTxKxH,
+                          preferred_element_type=jnp.float32)
+      probs = self._softmax(scores, mask_BxTxS, h, dt)
+      out_BxTxKxGxH = jnp.einsum("bkgts,bskh->btkgh", probs, v_BxTxKxH)
+    else:
+      # The cache keeps keys as K x H x S and values as K x S x H per row: the
+      # layouts the two attention products read without a transpose, so a
+      # decode step writes one slot instead of copying the whole cache.
+      k_cache, v_cache = cache
+      k_BxKxHxS = jax.lax.dynamic_update_slice(
+          k_cache, k_BxTxKxH.transpose(0, 2, 3, 1).astype(k_cache.dtype), (0, 0, 0, cache_index))
+      v_BxKxSxH = jax.lax.dynamic_update_slice(
+          v_cache, v_BxTxKxH.transpose(0, 2, 1, 3).astype(v_cache.dtype), (0, 0, cache_index, 0))
+      cache = (k_BxKxHxS, v_BxKxSxH)
+      k_BxKxHxS, v_BxKxSxH = k_BxKxHxS.astype(dt), v_BxKxSxH.astype(dt)
+      if t == 1:
+        # One query per row (a decode step): products of 2 x 64 by 64 x S per
+        # (row, kv head) run faster as a fused multiply-and-sum than as dots.
+        q_BxKxGxHx1 = q_BxTxKxGxH[:, 0, :, :, :, None].astype(jnp.float32)
+        scores = (q_BxKxGxHx1 * k_BxKxHxS[:, :, None]).sum(axis=3)[:, :, :, None]
+        probs_BxKxGxS = self._softmax(scores, mask_BxTxS, h, dt)[:, :, :, 0]
+        out_BxKxGxH = (probs_BxKxGxS[..., None] * v_BxKxSxH[:, :, None]).sum(axis=3)
+        out_BxTxKxGxH = out_BxKxGxH[:, None]
+      else:
+        scores = jnp.einsum("btkgh,bkhs->bkgts", q_BxTxKxGxH, k_BxKxHxS,
+                            preferred_element_type=jnp.float32)
+        probs = self._softmax(scores, mask_BxTxS, h, dt)
+        out_BxTxKxGxH = jnp.einsum("bkgts,bksh->btkgh", probs, v_BxKxSxH)
     out_BxTxNxH = out_BxTxKxGxH.reshape(b, t, n, h)
-    out_BxTxD = jnp.einsum("btnh,nhd->btd", out_BxTxNxH, self.o_NxHxD[...].astype(dt))
-    return out_BxTxD, cache
+    return linear(out_BxTxNxH, self.o_NxHxD[...].astype(dt), in_dims=2), cache
+
+  @staticmethod
+  def _softmax(scores_BxKxGxTxS, mask_BxTxS, head_dim: int, dt):
+    scores = jnp.where(mask_BxTxS[:, None, None], scores_BxKxGxTxS * (head_dim ** -0.5),
+                       _MASK_VALUE)
+    return jax.nn.softmax(scores, axis=-1).astype(dt)
 
 
 class MLP(nnx.Module):
@@ -140,7 +163,6 @@ class MLP(nnx.Module):
 
   def __call__(self, x_BxTxD):
     dt = x_BxTxD.dtype
-    gate_BxTxF = jnp.einsum("btd,df->btf", x_BxTxD, self.gate_DxF[...].astype(dt))
-    up_BxTxF = jnp.einsum("btd,df->btf", x_BxTxD, self.up_DxF[...].astype(dt))
-    return jnp.einsum("btf,fd->btd", jax.nn.silu(gate_BxTxF) * up_BxTxF,
-                      self.down_FxD[...].astype(dt))
+    gate_BxTxF = linear(x_BxTxD, self.gate_DxF[...].astype(dt))
+    up_BxTxF = linear(x_BxTxD, self.up_DxF[...].astype(dt))
+    return linear(jax.nn.silu(gate_BxTxF) * up_BxTxF, self.down_FxD[...].astype(dt))

@@ -76,8 +76,32 @@ def _token_logprobs_split(graphdef, state, ids_BxT, attn_mask_BxT, temperature):
 def token_logprobs_jit(model, ids_BxT, attn_mask_BxT, *, temperature=1.0):
   """Compiled `token_logprobs`; recompiles only for new shapes, not new weights."""
   graphdef, state = nnx.split(model)
-  return _token_logprobs_split(graphdef, state, jnp.asarray(ids_BxT),
-                               jnp.asarray(attn_mask_BxT), jnp.float32(temperature))
+  # Host arrays go straight to the compiled program: `jnp.asarray` would compile
+  # a staging program for every new shape.
+  return _token_logprobs_split(graphdef, state, np.asarray(ids_BxT), np.asarray(attn_mask_BxT),
+                               np.float32(temperature))
+
+
+def bucket_length(longest: int, cap: int = 0, *, align: int = 16, floor: int = 128) -> int:
+  """The padded length of rows of at most ``longest`` tokens: one of a few sizes.
+
+  ``cap`` is the run's budget, ``max_prompt_len + max_response_len``. Rows
+  within it pad to the smallest of ``cap * (3/4)^k`` (rounded up to ``align``)
+  that holds them, never below ``min(cap, floor)``: under ~``floor`` tokens a
+  compilation costs more than the padding it saves, so a small run has one
+  shape, and a row wastes under a third of its length (or of ``floor``).
+  Longer rows (a peer's text re-tokenized can outgrow the budget), or every
+  row when ``cap`` is 0, pad to ``align`` times a power of two.
+  """
+  up = lambda x: -(-int(np.ceil(x)) // align) * align
+  longest = max(int(longest), 1)
+  top = up(cap) if cap > 0 else 0
+  if longest > top:
+    return align << (-(-longest // align) - 1).bit_length()
+  low, size = up(min(cap, floor)), top
+  while up(size * 3 / 4) >= max(low, longest) and up(size * 3 / 4) < size:
+    size = up(size * 3 / 4)
+  return size
 
 
 @dataclasses.dataclass(frozen=True)

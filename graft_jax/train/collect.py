@@ -30,6 +30,12 @@ class Rollout:
   old_logp: list            # per row, float32 array over the response tokens
   gen_mean_logp_B: np.ndarray
   reward_stats: object = None
+  # Set when the peer grafted from these responses: its gate record per row
+  # (``exchange.peer_gate_columns``), stored in this model's peer log.
+  peer_gate: dict | None = None
+  # True when ``old_logp`` holds the sampler's log-probs and the update's own
+  # forward pass provides the old-policy ones (``step.old_logp_in_update``).
+  old_logp_from_update: bool = False
 
   @property
   def n(self) -> int:
@@ -50,8 +56,11 @@ def sampling_params(cfg, seed: int) -> SamplingParams:
 
 
 def rollout_from_batch(policy, problems, batch: RolloutBatch, prompt_ids, reward_fn, cfg,
-                       old_logp=None, timings: dict | None = None) -> Rollout:
-  """Decodes, scores and computes advantages (and old log-probs unless given) for a batch."""
+                       old_logp=None, timings: dict | None = None, *,
+                       old_logp_in_update: bool = False) -> Rollout:
+  """Decodes, scores and computes advantages for a batch, and its old log-probs unless
+  given or left to the update (``old_logp_in_update``: the sampler's stand in their
+  place, for the update to compare against its own)."""
   g, n = len(problems), batch.n
   timings = {} if timings is None else timings
   t0 = time.perf_counter()
@@ -66,20 +75,23 @@ def rollout_from_batch(policy, problems, batch: RolloutBatch, prompt_ids, reward
   gen_mean = np.array([mean_or_nan(x) for x in gen_logp], np.float32)
   t0 = time.perf_counter()
   if old_logp is None:
-    if cfg.old_logp_source == "sampler":
+    if cfg.old_logp_source == "sampler" or old_logp_in_update:
       old_logp = gen_logp
     else:
       old_logp = score_rows(policy.model, [prompt_ids[b // n] for b in range(g * n)],
-                            response_ids, policy.pad_id, temperature=cfg.rollout.temperature)
+                            response_ids, policy.pad_id, temperature=cfg.rollout.temperature,
+                            length_cap=cfg.max_prompt_len + cfg.max_response_len)
   timings[f"{policy.name}/old_logp_s"] = time.perf_counter() - t0
   return Rollout(policy.name, batch, prompt_ids, response_ids, texts, rewards_GxN, adv_GxN,
-                 old_logp, gen_mean, stats)
+                 old_logp, gen_mean, stats, old_logp_from_update=old_logp_in_update)
 
 
-def collect(policy, problems, cfg, reward_fn, seed: int, timings: dict) -> Rollout:
+def collect(policy, problems, cfg, reward_fn, seed: int, timings: dict, *,
+            old_logp_in_update: bool = False) -> Rollout:
   """Samples n responses per problem with the policy's engine and scores them."""
   prompt_ids = [policy.prompt_ids(p.problem) for p in problems]
   t0 = time.perf_counter()
   batch = policy.engine.generate(prompt_ids, cfg.n, sampling_params(cfg, seed))
   timings[f"{policy.name}/sample_s"] = time.perf_counter() - t0
-  return rollout_from_batch(policy, problems, batch, prompt_ids, reward_fn, cfg, timings=timings)
+  return rollout_from_batch(policy, problems, batch, prompt_ids, reward_fn, cfg, timings=timings,
+                            old_logp_in_update=old_logp_in_update)

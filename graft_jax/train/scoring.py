@@ -5,15 +5,17 @@ from __future__ import annotations
 import numpy as np
 
 from graft_jax.models import pack_pairs, token_logprobs_jit
+from graft_jax.models.logprobs import bucket_length
 
 
 def score_rows(model, prompts, responses, pad_id: int, *, chunk_rows: int = 64,
-               temperature: float = 1.0, multiple: int = 64) -> list[np.ndarray]:
+               temperature: float = 1.0, length_cap: int = 0) -> list[np.ndarray]:
   """Per row, log pi(response_t | prompt, response_<t) as a float32 array.
 
   Chunks are padded to ``chunk_rows`` rows (dummy one-token prompts) and
-  lengths to a multiple of ``multiple``, so the compiled scorer is reused.
-  An empty response gives an empty array.
+  lengths to ``bucket_length(longest row, length_cap)`` (``length_cap``: the
+  run's ``max_prompt_len + max_response_len``), so the compiled scorer is
+  reused across steps. An empty response gives an empty array.
   """
   out: list[np.ndarray] = []
   for start in range(0, len(prompts), chunk_rows):
@@ -22,7 +24,8 @@ def score_rows(model, prompts, responses, pad_id: int, *, chunk_rows: int = 64,
     real = len(ps)
     ps += [[pad_id]] * (chunk_rows - real)
     rs += [[]] * (chunk_rows - real)
-    packed = pack_pairs(ps, rs, pad_id, multiple=multiple)
+    length = bucket_length(max(len(p) + len(r) for p, r in zip(ps, rs)), length_cap)
+    packed = pack_pairs(ps, rs, pad_id, multiple=length)
     logp = np.asarray(token_logprobs_jit(model, packed.ids_BxT, packed.attn_mask_BxT,
                                          temperature=temperature))
     out += [x.astype(np.float32) for x in packed.responses(logp)[:real]]

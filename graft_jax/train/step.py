@@ -12,14 +12,29 @@ import jax
 import numpy as np
 
 from graft_jax import core
-from graft_jax.train import exchange
+from graft_jax.train import exchange, microbatch
+from graft_jax.models.logprobs import bucket_length
 from graft_jax.train.collect import collect
 from graft_jax.train.rows import pack_minibatch
 from graft_jax.train.scoring import score_rows
-from graft_jax.train.update import LossSpec, to_device_batch, update_minibatch
+from graft_jax.train.update import LossSpec
 
 
-def loss_spec(cfg) -> LossSpec:
+def old_logp_in_update(cfg, g: int) -> bool:
+  """Whether the update's own forward pass stands in for the old-log-prob pass.
+
+  With one minibatch and one PPO epoch the parameters being differentiated
+  are the behavior policy's, so pi_old(o_t) is the stop-gradient of the same
+  forward (as TRL and verl do with one update per batch of rollouts): no
+  separate teacher-forced pass over the own rows. Grafted rows are still
+  scored before the update, for the gate. HACPO reads its rows' old means
+  before the update, and ``old_logp_source='sampler'`` asks for the sampler's.
+  """
+  return (cfg.old_logp_source == "teacher_forced" and cfg.method != "hacpo"
+          and cfg.ppo_epochs == 1 and num_minibatches(cfg, g) == 1)
+
+
+def loss_spec(cfg, g: int | None = None) -> LossSpec:
   if cfg.method == "hacpo":
     h = cfg.hacpo
     return LossSpec(kind="hacpo", temperature=cfg.rollout.temperature,
@@ -28,7 +43,9 @@ def loss_spec(cfg) -> LossSpec:
   ratio_level = cfg.graft.ratio_level if cfg.method in ("graft", "replay") else "token"
   return LossSpec(kind="ppo", clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                   ratio_level=ratio_level, temperature=cfg.rollout.temperature,
-                  sgt_coef=cfg.sgt.coef if cfg.method == "sgt" else 0.0)
+                  sgt_coef=cfg.sgt.coef if cfg.method == "sgt" else 0.0,
+                  old_from_current=old_logp_in_update(
+                      cfg, cfg.prompts_per_step if g is None else g))
 
 
 def num_minibatches(cfg, g: int) -> int:
@@ -44,23 +61,27 @@ def run_updates(policy, rows, g: int, cfg, key) -> dict:
     grafted_G[q] |= graft
   mbs = num_minibatches(cfg, g)
   order = cfg.graft.order if cfg.method in ("graft", "replay") else "peer_last"
-  spec = loss_spec(cfg)
+  spec = loss_spec(cfg, g)
+  cap = cfg.max_prompt_len + cfg.max_response_len
   params, opt_state = policy.params, policy.opt_state
-  sums: dict[str, float] = {}
-  updates = 0
+  per_update = []
   for epoch in range(cfg.ppo_epochs):
     perm = np.asarray(core.order_minibatches(grafted_G, mbs, order=order,
                                              key=jax.random.fold_in(key, epoch)))
     for groups in perm.reshape(mbs, -1):
-      batch = pack_minibatch(rows, rows.rows_of_groups(groups), policy.pad_id)
-      params, opt_state, m = update_minibatch(params, opt_state,
-                                              to_device_batch(batch, policy.mesh),
-                                              np.int32(updates), graphdef=policy.graphdef,
-                                              tx=policy.tx, spec=spec)
-      for k, v in jax.device_get(m).items():
-        sums[k] = sums.get(k, 0.0) + float(v)
-      updates += 1
+      idx = rows.rows_of_groups(groups)
+      longest = max(len(rows.prompt_ids[i]) + len(rows.response_ids[i]) for i in idx)
+      # A bucketed length (a multiple of it is itself), so steps reuse the program.
+      batch = pack_minibatch(rows, idx, policy.pad_id, multiple=bucket_length(longest, cap))
+      params, opt_state, m = microbatch.update(policy, params, opt_state, batch,
+                                               np.int32(len(per_update)), spec,
+                                               micro_batch_tokens=cfg.micro_batch_tokens)
+      per_update.append(m)  # read once at the end: packing the next minibatch overlaps this one
   policy.set_params(params, opt_state)
+  updates, sums = len(per_update), {}
+  for m in jax.device_get(per_update):
+    for k, v in m.items():
+      sums[k] = sums.get(k, 0.0) + float(v)
   out = {k: v / updates for k, v in sums.items() if not k.endswith(("_tokens", "_clipped"))}
   for side in ("own", "graft"):
     if f"{side}_tokens" in sums:
@@ -72,15 +93,19 @@ def run_updates(policy, rows, g: int, cfg, key) -> dict:
 
 
 def rollout_metrics(roll) -> dict:
+  """Reward and length statistics, and the sampler / old-policy log-prob gap (which the
+  update measures itself when it computes the old log-probs, ``old_logp_in_update``)."""
   k, n = roll.k_G, roll.n
   lengths = roll.batch.lengths_B
-  gen = np.concatenate([roll.batch.logp_BxL[b, :len(x)] for b, x in enumerate(roll.old_logp)] + [[]])
-  old = np.concatenate(list(roll.old_logp) + [[]])
-  gap = np.abs(gen - old) if gen.size == old.size and gen.size else np.zeros(1)
-  return {"reward_mean": float(roll.rewards_GxN.mean()), "all_fail": float((k == 0).mean()),
-          "logp_mismatch_mean": float(gap.mean()), "logp_mismatch_max": float(gap.max()),
-          "all_pass": float((k == n).mean()), "response_len": float(lengths.mean()),
-          "truncated": float(roll.batch.truncated_B.mean())}
+  out = {"reward_mean": float(roll.rewards_GxN.mean()), "all_fail": float((k == 0).mean()),
+         "all_pass": float((k == n).mean()), "response_len": float(lengths.mean()),
+         "truncated": float(roll.batch.truncated_B.mean())}
+  if not roll.old_logp_from_update:
+    gen = np.concatenate([roll.batch.logp_BxL[b, :len(x)] for b, x in enumerate(roll.old_logp)] + [[]])
+    old = np.concatenate(list(roll.old_logp) + [[]])
+    gap = np.abs(gen - old) if gen.size == old.size and gen.size else np.zeros(1)
+    out.update(logp_mismatch_mean=float(gap.mean()), logp_mismatch_max=float(gap.max()))
+  return out
 
 
 def build_rows(cfg, recv_policy, recv, src, receives_G, key, capability, counts):
@@ -94,7 +119,8 @@ def build_rows(cfg, recv_policy, recv, src, receives_G, key, capability, counts)
     rows = exchange.hacpo_rows(recv_policy, recv, src, cap, cfg, counts)
     rows.ref_logp = score_rows(_ref_model(recv_policy),
                                rows.prompt_ids, rows.response_ids, recv_policy.pad_id,
-                               temperature=cfg.rollout.temperature)
+                               temperature=cfg.rollout.temperature,
+                               length_cap=cfg.max_prompt_len + cfg.max_response_len)
     return rows
   raise ValueError(f"method {cfg.method!r} has no exchange")
 
@@ -123,11 +149,13 @@ def train_step(cfg, policies: dict, problems, reward_fn, step: int, key, *,
   timings: dict[str, float] = {}
   names = list(policies)
   rolls = {}
+  in_update = old_logp_in_update(cfg, len(problems))
   for i, name in enumerate(names):
     if cfg.method == "replay" and i > 0:
       break
     seed = int(jax.random.randint(jax.random.fold_in(key, 1000 + i), (), 0, 2 ** 31 - 1))
-    rolls[name] = collect(policies[name], problems, cfg, reward_fn, seed, timings)
+    rolls[name] = collect(policies[name], problems, cfg, reward_fn, seed, timings,
+                          old_logp_in_update=in_update)
   if cfg.method == "replay":
     t0 = time.perf_counter()
     peer = replay_source(problems)
@@ -179,7 +207,11 @@ def train_step(cfg, policies: dict, problems, reward_fn, step: int, key, *,
   for i, name in enumerate(rolls):
     rows = rows_by_name.get(name) or own_rows(rolls[name])
     t0 = time.perf_counter()
-    metrics[name]["update"] = run_updates(policies[name], rows, len(problems), cfg,
-                                          jax.random.fold_in(key, 3000 + i))
+    update = run_updates(policies[name], rows, len(problems), cfg,
+                         jax.random.fold_in(key, 3000 + i))
     timings[f"{name}/update_s"] = time.perf_counter() - t0
+    for k in ("logp_mismatch_mean", "logp_mismatch_max"):  # measured by the update itself
+      if k in update:
+        metrics[name][k] = update.pop(k)
+    metrics[name]["update"] = update
   return metrics, rolls

@@ -34,6 +34,9 @@ class LossSpec:
   hacpo_cross_clip: float = 0.2
   hacpo_cross_step: float = 0.025
   kl_coef: float = 0.0
+  # The PPO old log-probs are the stop-gradient of this forward pass (one update
+  # per batch of rollouts); ``batch["old_logp"]`` then holds the sampler's.
+  old_from_current: bool = False
 
 
 def make_optimizer(opt) -> optax.GradientTransformation:
@@ -49,8 +52,19 @@ def make_optimizer(opt) -> optax.GradientTransformation:
   return optax.chain(optax.clip_by_global_norm(opt.grad_clip), adamw) if opt.grad_clip else adamw
 
 
+def whole_minibatch_mean(mean, count, total):
+  """A micro-batch's mean over its ``count`` units, re-divided by the minibatch's
+  ``total``: micro-batches' values then add up to the minibatch's mean."""
+  return mean * jnp.maximum(count, 1.0) / jnp.maximum(total, 1.0)
+
+
 def loss_fn(params, batch, graphdef, spec: LossSpec, update_index):
-  """Scalar loss and float aux metrics of one minibatch."""
+  """Scalar loss and float aux metrics of one minibatch.
+
+  A micro-batch (``graft_jax.train.microbatch``) carries the whole minibatch's
+  ``num_tokens`` / ``num_sgt_tokens`` / ``num_rows``; every term is then
+  divided by those, so the micro-batches' gradients sum to the minibatch's.
+  """
   model = nnx.merge(graphdef, params)
   logp_BxT = token_logprobs(model, batch["ids"], batch["attn"], temperature=spec.temperature)
   mask_BxT = batch["resp_mask"]
@@ -62,12 +76,20 @@ def loss_fn(params, batch, graphdef, spec: LossSpec, update_index):
         self_clip_low=spec.hacpo_self_clip[0], self_clip_high=spec.hacpo_self_clip[1],
         cross_clip_delta=spec.hacpo_cross_clip, cross_clip_step=spec.hacpo_cross_step)
     kl = core.low_var_kl(logp_BxT, batch["ref_logp"], mask_BxT)
+    if "num_rows" in batch:  # a micro-batch: both are means over the minibatch's rows
+      loss, kl = (whole_minibatch_mean(x, aux["row_count"], batch["num_rows"]) for x in (loss, kl))
     metrics = {"pg_loss": loss, "kl_ref": kl, **{k: v for k, v in aux.items()}}
     return loss + spec.kl_coef * kl, metrics
   ppo_mask = mask_BxT * batch["ppo"][:, None]
+  old_BxT, gap = batch["old_logp"], {}
+  if spec.old_from_current:
+    old_BxT = jax.lax.stop_gradient(logp_BxT)
+    gap = sampler_gap(old_BxT, batch["old_logp"], mask_BxT * (1 - graft_B)[:, None],
+                      with_max="num_tokens" not in batch)
   loss, aux = core.clipped_token_loss(
-      logp_BxT, batch["old_logp"], batch["adv"], batch["weight"], ppo_mask,
-      clip_low=spec.clip_low, clip_high=spec.clip_high, ratio_level=spec.ratio_level)
+      logp_BxT, old_BxT, batch["adv"], batch["weight"], ppo_mask,
+      clip_low=spec.clip_low, clip_high=spec.clip_high, ratio_level=spec.ratio_level,
+      num_tokens=batch.get("num_tokens"))
   tokens_B = ppo_mask.sum(axis=1)
   clipped_B = aux["clip_low_count_B"] + aux["clip_high_count_B"]
   metrics = {
@@ -75,12 +97,25 @@ def loss_fn(params, batch, graphdef, spec: LossSpec, update_index):
       "clip_frac_low": aux["clip_frac_low"], "clip_frac_high": aux["clip_frac_high"],
       "own_tokens": (tokens_B * (1 - graft_B)).sum(), "graft_tokens": (tokens_B * graft_B).sum(),
       "own_clipped": (clipped_B * (1 - graft_B)).sum(), "graft_clipped": (clipped_B * graft_B).sum(),
+      **gap,
   }
   if spec.sgt_coef:
     nll, count = core.sgt_nll(logp_BxT, mask_BxT, batch["sgt"], coef=spec.sgt_coef)
+    if "num_sgt_tokens" in batch:
+      nll = whole_minibatch_mean(nll, count, batch["num_sgt_tokens"])
     metrics.update(sgt_loss=nll, sgt_tokens=count)
     loss = loss + nll
   return loss, metrics
+
+
+def sampler_gap(old_logp_BxT, sampler_logp_BxT, own_BxT, *, with_max: bool) -> dict:
+  """|old-policy - sampler| log-prob over the own response tokens: the mean, and the
+  max unless the minibatch is split into micro-batches (their maxima do not add)."""
+  gap_BxT = jnp.abs(old_logp_BxT - sampler_logp_BxT) * own_BxT
+  out = {"logp_mismatch_mean": gap_BxT.sum() / jnp.maximum(own_BxT.sum(), 1.0)}
+  if with_max:
+    out["logp_mismatch_max"] = gap_BxT.max()
+  return out
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "tx", "spec"), donate_argnums=(0, 1))
@@ -96,7 +131,7 @@ def update_minibatch(params, opt_state, batch, update_index, *, graphdef, tx, sp
 
 def to_device_batch(batch: dict, mesh=None) -> dict:
   """Host arrays to device; with a mesh, rows are split over the batch axes."""
-  if mesh is None:
-    return {k: jnp.asarray(v) for k, v in batch.items()}
+  if mesh is None:  # device_put, not jnp.asarray: that compiles a program per new shape
+    return jax.device_put(batch)
   from graft_jax.sharding import batch_sharding
   return {k: jax.device_put(v, batch_sharding(mesh, ndim=np.ndim(v))) for k, v in batch.items()}

