@@ -1,6 +1,7 @@
-"""Peak bytes per device of the update, with and without remat, for a 4-layer slice of Qwen3-1.7B.
+"""Peak bytes per device of the update, with and without remat and blocked attention, for a
+4-layer slice of Qwen3-1.7B.
 
-  .venv/bin/python launch/bench_memory.py [--lengths=2048,6144] [--layers=4]
+  .venv/bin/python launch/bench_memory.py [--lengths=2048,6144] [--layers=4] [--attention_block=512]
 
 Each configuration is compiled (no weights: nnx.eval_shape) for one device and
 one row per micro-batch, and compiled.memory_analysis() read; nothing runs.
@@ -20,6 +21,7 @@ from graft_jax.train.update import LossSpec, make_optimizer
 
 _LENGTHS = flags.DEFINE_list("lengths", ["2048", "6144"], "padded row lengths (tokens)")
 _LAYERS = flags.DEFINE_integer("layers", 4, "decoder layers of the Qwen3-1.7B-wide slice")
+_BLOCK = flags.DEFINE_integer("attention_block", 512, "positions per block of blocked attention")
 
 
 def main(_):
@@ -30,13 +32,16 @@ def main(_):
   tx = make_optimizer(OptimizerConfig())
   print(f"Qwen3-1.7B width, {cfg.num_layers} layers, 1 row per micro-batch, fp32 params, "
         f"bf16 compute, backend {jax.default_backend()}")
-  print(f"{'tokens':>7} {'remat':>6} {'scan':>5} {'temps':>11} {'peak':>11}")
+  print(f"{'tokens':>7} {'remat':>6} {'scan':>5} {'attention':>10} {'temps':>11} {'peak':>11}")
   for length in map(int, _LENGTHS.value):
-    for remat, scan in (("none", False), ("full", False), ("full", True)):
+    for remat, scan, attention in (("none", False, "dense"), ("full", False, "dense"),
+                                   ("full", True, "dense"), ("none", False, "blocked"),
+                                   ("full", True, "blocked")):
       m = update_memory(cfg, mesh, tx, LossSpec(), rows_per_device=1, length=length,
-                        minibatch_rows=1, remat=remat, scan_layers=scan)
-      print(f"{length:>7} {remat:>6} {str(scan):>5} {format_bytes(m.temporaries):>11} "
-            f"{format_bytes(m.total):>11}", flush=True)
+                        minibatch_rows=1, remat=remat, scan_layers=scan, attention=attention,
+                        attention_block=_BLOCK.value)
+      print(f"{length:>7} {remat:>6} {str(scan):>5} {attention:>10} "
+            f"{format_bytes(m.temporaries):>11} {format_bytes(m.total):>11}", flush=True)
 
 
 if __name__ == "__main__":

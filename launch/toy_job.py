@@ -1,24 +1,30 @@
 """The README's main job: GRPO (n=8) vs GRAFT on the toy pair, both directions, held-out pass@1.
 
   python launch/toy_job.py [--steps 40] [--workdir runs/toy_main] [--seed 0] [--smoke]
+      [--config.optimizer.lr=3e-4 ...]
 
 The pair is the shipped default (`graft_jax.toy`); `--seed` seeds RL and evaluation.
-Writes results.json (summary[model][method] = held-out pass@1 % at T=1) and
-learning_curves.png in the workdir.
+`--config.<field>=<value>` sets a field of configs/toy.py for both methods, as in
+launch/train.py. Writes results.json (summary[model][method] = held-out pass@1 % at
+T=1), learning_curves.png, and each method's run (config.json included) in the workdir.
 """
 
 import argparse
 import pathlib
+import sys
 import time
 
 from graft_jax import cli, toy
 from graft_jax.toy import pair as toy_pair
 from graft_jax.experiments import toy_compare, toy_report
-from graft_jax.train import config as config_lib
+
+SOURCES = {}  # config field -> the --config flag that set it, for one-line errors
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                   epilog="--config.<field>=<value>: a config field for both "
+                                          "methods, e.g. --config.optimizer.lr=3e-4")
   parser.add_argument("--steps", type=int, default=None, help="training steps per method")
   parser.add_argument("--workdir", default="runs/toy_main")
   parser.add_argument("--seed", type=int, default=0)
@@ -26,32 +32,19 @@ def main():
   parser.add_argument("--pair-root", help="use the finished pair build in this folder as it is")
   parser.add_argument("--jobs", type=int, default=2, help="runs at a time (processes)")
   parser.add_argument("--smoke", action="store_true", help="tiny pair and 2 steps (CI)")
-  parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                      help="config override for both methods, e.g. --set optimizer.lr=3e-4")
-  args = parser.parse_args()
+  overrides, rest = cli.split_config_flags(sys.argv[1:])
+  SOURCES.update({item.partition("=")[0]: f"--config.{item}" for item in overrides})
+  args = parser.parse_args(rest)
   start = time.perf_counter()
   workdir = pathlib.Path(args.workdir)
   pair_cfg = toy.tiny_config() if args.smoke else toy.default_config()
+  # Every config is checked before the pair is built or a model loads.
+  cfgs = toy_compare.method_configs(pair_cfg, overrides, workdir=workdir, seed=args.seed,
+                                    steps=args.steps, smoke=args.smoke, jobs=args.jobs)
   if args.pair_root:
     pair = toy_pair.load_built(args.pair_root)
   else:
     pair = toy.ensure_toy_pair(workdir / "toy_pair" if args.smoke else toy.DEFAULT_ROOT, pair_cfg)
-  cfgs = {}
-  for method in ("grpo", "graft"):
-    cd = config_lib.load_config(f"configs/toy.py:{method}")
-    with cd.unlocked():
-      cd.workdir = str(workdir / method)
-      cd.seed = args.seed
-      cd.checkpoint.resume = False
-      if args.steps:
-        cd.total_steps = args.steps
-      if args.smoke:
-        cd.total_steps = 2
-        toy_compare.smoke_overrides(pair_cfg)(cd)
-      # Runs in parallel share the terminal: only the last one draws a progress bar.
-      cd.logging.progress_bar = args.jobs == 1 or method == "graft"
-      config_lib.apply_overrides(cd, args.set)
-    cfgs[method] = config_lib.from_config_dict(cd)
   results = toy_compare.run_comparison(cfgs, pair, pair_cfg, eval_k=2 if args.smoke else args.eval_k,
                                        seed=args.seed, jobs=args.jobs,
                                        num_train_problems=64 if args.smoke else 2048)
@@ -67,4 +60,4 @@ def main():
 
 
 if __name__ == "__main__":
-  cli.guard(main)
+  cli.guard(main, sources=SOURCES)

@@ -9,12 +9,11 @@ naming the field. The run ends with each model's validation pass@1 and the
 paths it wrote.
 """
 
-import pathlib
 import time
 
 from absl import flags
 
-from graft_jax import cli
+from graft_jax import cli, distributed
 from graft_jax.train import config as config_lib
 from graft_jax.train import progress
 
@@ -29,17 +28,20 @@ def main(config_dict):
   cfg = config_lib.from_config_dict(config_dict)
   from graft_jax.train import setup  # JAX and the models: after the config is known to be good
   config_lib.check_paths(cfg, pending=setup.toy_pair_folders())
-  config_lib.write_json(cfg, pathlib.Path(cfg.workdir, "config.json"))
+  setup.start_processes(cfg)  # joins a multi-process run's other processes (README: Multi-host)
+  if distributed.is_writer():  # process 0 writes the run's files
+    config_lib.write_run_config(cfg)  # a resume that changes the math stops here
   start = time.perf_counter()
   trainer = setup.build_trainer(cfg)
   try:
     trainer.run(_STEPS.value)
   finally:
     trainer.close()
-  print(progress.summary(workdir=cfg.workdir, steps=trainer.step, method=cfg.method,
-                         seconds=time.perf_counter() - start,
-                         history=trainer.validator.history if trainer.validator else {},
-                         outputs=progress.run_outputs(cfg)))
+  if distributed.is_writer():
+    print(progress.summary(workdir=cfg.workdir, steps=trainer.step, method=cfg.method,
+                           seconds=time.perf_counter() - start,
+                           history=trainer.validator.history if trainer.validator else {},
+                           outputs=progress.run_outputs(cfg)))
 
 
 if __name__ == "__main__":

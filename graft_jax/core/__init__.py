@@ -1,7 +1,7 @@
 """GRAFT's math as pure, jit-able functions: arrays in, arrays out, no Flax and no I/O."""
 
 from graft_jax.core.advantages import group_advantages, pooled_advantages, transfer_mask
-from graft_jax.core.exchange import exchange_candidates, select_exchange
+from graft_jax.core.exchange import exchange_candidates, select_exchange, select_exchange_k
 from graft_jax.core.gate import compat_weights, masked_mean_logp
 from graft_jax.core.hacpo import capability_ratio, hacpo_advantages, hacpo_policy_loss, low_var_kl
 from graft_jax.core.loss import clipped_token_loss
@@ -22,6 +22,7 @@ __all__ = [
     "order_minibatches",
     "pooled_advantages",
     "select_exchange",
+    "select_exchange_k",
     "sgt_nll",
     "sgt_select",
     "transfer_mask",

@@ -2,23 +2,25 @@
 
 Two families, written as worked column traces in one shared format:
 
-  cadd  Add 347 and 285.     carry tens: 7+5+0=12. 4+8+1=13. 3+2+1=6. \\boxed{632}
-  cmul  Multiply 347 by 6.   carry high: 7*6+0=42. 4*6+4=28. 3*6+2=20. \\boxed{2082}
+  cadd  Add 347 and 285.     carry up: 7+5+0=12. 4+8+1=13. 3+2+1=6. \\boxed{632}
+  cmul  Multiply 347 by 6.   carry down: 7*6+0=42. 4*6+4=28. 3*6+2=20. \\boxed{2082}
 
 The word after ``carry`` names the procedure, so a trace's strategy is chosen
 by one early token and everything after it follows from that choice:
 
-* correct (``tens`` for cadd, ``high`` for cmul): each column adds the tens
-  digit of the previous column's value, c_i = floor(v_{i-1} / 10); the answer
-  is the last column's value followed by the units digits of the others.
-* buggy (``units`` for cadd, ``low`` for cmul): each column adds the units
-  digit instead, c_i = v_{i-1} mod 10.
+* correct: each column adds the tens digit of the previous column's value,
+  c_i = floor(v_{i-1} / 10); the answer is the last column's value followed
+  by the units digits of the others.
+* buggy: each column adds the units digit instead, c_i = v_{i-1} mod 10.
 
-Each family has its own pair of words, so choosing well on one family is a
-different token from choosing well on the other: one choice per family, as a
-real model's strategies are specific to a kind of problem. Every step is still a true fact (x+y+c or x*y+c with
-  c in 0..9) and the trace is well-formed and boxed; only the carries, and so
-  the answer, are wrong.
+The two families share the two words with opposite meanings: ``up`` is the
+correct procedure on cadd and the bug on cmul, ``down`` the reverse. A model
+whose habit is right on one family is therefore wrong on the other, and
+sharpening the habit on its strong family cannot solve its weak one (with a
+word per family and procedure, RL on the strong family taught the weak one:
+a model trained on cmul wrote cmul's correct word on cadd and executed it).
+Every step is still a true fact (x+y+c or x*y+c with c in 0..9) and the trace
+is well-formed and boxed; only the carries, and so the answer, are wrong.
 
 Both procedures practise the same single-digit facts inside traces, so a model
 that has learned one can execute the other: what separates them is the
@@ -32,8 +34,9 @@ import random
 
 RULES = ("correct", "buggy")
 CORRECT, BUGGY = RULES
-# The strategy word of each rule, per family (correct first).
-WORDS = {"cadd": ("tens", "units"), "cmul": ("high", "low")}
+# The strategy word of each rule, per family (correct first): shared words,
+# opposite meanings, so a model's habit is right on one family only.
+WORDS = {"cadd": ("up", "down"), "cmul": ("down", "up")}
 _OPS = {"cadd": "+", "cmul": "*"}
 
 

@@ -86,7 +86,8 @@ def evaluate(engine, tokenizer, suite: Mapping[str, Sequence[Problem]], *,
              ks: Sequence[int] | None = None,
              pool: rewards.VerifierPool | None = None,
              timeout_s: float = rewards.DEFAULT_TIMEOUT_S,
-             add_special_tokens: bool = False, score_fn=None) -> EvalReport:
+             add_special_tokens: bool = False, score_fn=None,
+             log_each: bool = True) -> EvalReport:
   """Samples ``k`` responses per problem and reports pass@1 and pass@k.
 
   Args:
@@ -106,6 +107,8 @@ def evaluate(engine, tokenizer, suite: Mapping[str, Sequence[Problem]], *,
     score_fn: ``(texts, golds) -> (rewards, stats or None)`` in place of
       math-verify (a training run validates with its own reward); ``pool``
       and ``timeout_s`` are then unused.
+    log_each: log a line per benchmark as it finishes (a training run's
+      validation shows its result in the progress bar instead).
 
   Returns:
     An `EvalReport`; ``report.table()`` prints, ``report.write_json(path)``.
@@ -123,9 +126,10 @@ def evaluate(engine, tokenizer, suite: Mapping[str, Sequence[Problem]], *,
         name, list(problems), engine, tokenizer, k=k, sampling=sampling,
         template=template, batch_size=batch_size, ks=ks, pool=pool,
         timeout_s=timeout_s, add_special_tokens=add_special_tokens, score_fn=score_fn)
-    logging.info("%s: pass@1 %.4f over %d problems (%.1f s)", name,
-                 result.pass_at[1], result.num_problems,
-                 time.perf_counter() - start)
+    if log_each:
+      logging.info("%s: pass@1 %.4f over %d problems (%.1f s)", name,
+                   result.pass_at[1], result.num_problems,
+                   time.perf_counter() - start)
     results.append(result)
   return EvalReport(results=results, k=k, ks=ks, sampling=sampling,
                     template=template.template)

@@ -27,7 +27,7 @@ import numpy as np
 
 from graft_jax.experiments import toy_compare
 from graft_jax.models import load_hf, load_tokenizer
-from graft_jax.train import config as config_lib
+from graft_jax.train import config as config_lib, methods
 from graft_jax.train.metrics import read_jsonl
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,7 @@ def run_cell(cell: Cell, pair, pair_cfg, out_dir, *, steps: int, eval_k: int,
   cfg = cell_config(cell, out_dir, steps, pair, overrides)
   models = {}
   for m in (cfg.model_a, cfg.model_b):
-    replayed = cfg.method == "replay" and m is cfg.model_b
+    replayed = not methods.trains(cfg, m)
     models[m.name] = (None, None) if replayed else (load_hf(m.path)[0], load_tokenizer(m.path))
   if cell.label == INITIAL:  # the pair as built: the baseline every method starts from
     trained, records = models, []

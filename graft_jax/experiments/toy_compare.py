@@ -26,11 +26,13 @@ from graft_jax.data.prompts import PromptTemplate
 from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.rollout import JaxSamplerEngine, SamplingParams
 from graft_jax.toy import pair as toy_pair
+from graft_jax.train import config as config_lib
 from graft_jax.train.metrics import read_jsonl
 from graft_jax.train.trainer import Trainer
 from graft_jax.train.validation import Validator
 
 log = logging.getLogger(__name__)
+TOY_CONFIG = pathlib.Path(__file__).resolve().parents[2] / "configs" / "toy.py"
 
 
 def load_pair(pair) -> dict:
@@ -77,7 +79,8 @@ def evaluate_models(models: dict, pair_cfg, *, k: int, seed: int) -> dict:
       sampling = SamplingParams(max_new_tokens=pair_cfg.max_new_tokens, temperature=temperature,
                                 top_p=top_p, seed=seed)
       report = graft_eval.evaluate(engine, tok, suite, k=k, sampling=sampling,
-                                   template=PromptTemplate.named("toy"), batch_size=128)
+                                   template=PromptTemplate.named("toy"), batch_size=128,
+                                   log_each=False)  # the job prints the tables
       out[name][setting] = {
           "pass1": {r.name: r.pass_at[1] for r in report.results},
           "average": report.average[1],
@@ -112,6 +115,7 @@ def train(cfg, problems, models: dict, validate=None) -> dict:
 
   ``validate``: an optional ``Validator`` for held-out pass@1 during training.
   """
+  config_lib.write_run_config(cfg)
   trainer = Trainer(cfg, problems, models, validator=validate)
   try:
     trainer.run()
@@ -149,6 +153,33 @@ def smoke_overrides(pair_cfg):
     cd.max_response_len = pair_cfg.max_new_tokens
     cd.hacpo.minibatch_prompts = 4
   return apply
+
+
+def method_configs(pair_cfg, overrides=(), *, workdir, seed: int, steps: int | None = None,
+                   smoke: bool = False, jobs: int = 1, methods=("grpo", "graft")) -> dict:
+  """``{method: TrainConfig}``: ``configs/toy.py:<method>`` in ``<workdir>/<method>``, fresh.
+
+  ``overrides`` are ``'field=value'`` items applied to every method last, as
+  ``--config.field=value`` flags (an error names the flag); ``smoke`` runs 2
+  steps of the tiny pair (``smoke_overrides``).
+  """
+  cfgs = {}
+  for method in methods:
+    cd = config_lib.load_config(f"{TOY_CONFIG}:{method}")
+    with cd.unlocked():
+      cd.workdir = str(pathlib.Path(workdir) / method)
+      cd.seed = seed
+      cd.checkpoint.resume = False
+      if steps:
+        cd.total_steps = steps
+      if smoke:
+        cd.total_steps = 2
+        smoke_overrides(pair_cfg)(cd)
+      # Runs in parallel share the terminal: only the last one draws a progress bar.
+      cd.logging.progress_bar = jobs == 1 or method == methods[-1]
+      config_lib.apply_overrides(cd, overrides, flag="--config.")
+    cfgs[method] = config_lib.from_config_dict(cd)
+  return cfgs
 
 
 def run_method(cfg, pair, pair_cfg, *, eval_k: int, seed: int, num_train_problems: int) -> dict:

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from graft_jax.models.attention import ATTENTION_IMPLS
 from graft_jax.models.config import ModelConfig
 from graft_jax.models.layer_stack import REMAT_POLICIES, run_blocks
 from graft_jax.models.layers import MLP, Attention, RMSNorm, param
@@ -29,8 +30,8 @@ class Block(nnx.Module):
                                   param_dtype=param_dtype)
     self.mlp = MLP(cfg, rngs=rngs, param_dtype=param_dtype)
 
-  def __call__(self, x_BxTxD, positions_BxT, mask_BxTxS, cache=None, cache_index=None):
-    attn_BxTxD, cache = self.attn(self.input_norm(x_BxTxD), positions_BxT, mask_BxTxS,
+  def __call__(self, x_BxTxD, positions_BxT, kv_mask_BxS, cache=None, cache_index=None):
+    attn_BxTxD, cache = self.attn(self.input_norm(x_BxTxD), positions_BxT, kv_mask_BxS,
                                   cache, cache_index)
     h_BxTxD = x_BxTxD + attn_BxTxD
     return h_BxTxD + self.mlp(self.post_attn_norm(h_BxTxD)), cache
@@ -41,12 +42,17 @@ class Decoder(nnx.Module):
 
   `param_dtype` is the storage (master) dtype; `dtype` the compute dtype
   (defaults to `param_dtype`; e.g. fp32 params with bf16 compute).
-  `remat` and `scan_layers` (see `set_memory_options`) change how `hidden`
-  runs the blocks, never what it computes.
+  `remat`, `scan_layers` and the attention implementation (see
+  `set_memory_options`) change how `hidden` runs the blocks, never what it
+  computes; `score_tokens` bounds the tokens per pass of
+  `graft_jax.train.scoring.score_rows` and `kv_cache_bytes` the KV cache of
+  one `graft_jax.rollout.JaxSamplerEngine` call.
   """
 
   remat: str = "none"
   scan_layers: bool = False
+  score_tokens: int = 0
+  kv_cache_bytes: int = 0
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, param_dtype=jnp.float32,
                dtype=None):
@@ -74,19 +80,31 @@ class Decoder(nnx.Module):
     attn_mask_BxT = attn_mask_BxT.astype(bool)
     if positions_BxT is None:
       positions_BxT = positions_from_mask(attn_mask_BxT)
-    causal_TxT = jnp.tril(jnp.ones((t, t), bool))
-    mask_BxTxT = causal_TxT[None] & attn_mask_BxT[:, None, :]
     x_BxTxD = self.embed(ids_BxT)
-    return run_blocks(self.layers, x_BxTxD, positions_BxT, mask_BxTxT, remat=self.remat,
+    return run_blocks(self.layers, x_BxTxD, positions_BxT, attn_mask_BxT, remat=self.remat,
                       scan=self.scan_layers)
 
-  def set_memory_options(self, *, remat: str = "none", scan_layers: bool = False) -> None:
-    """Remat policy per block ('none' | 'full' | 'dots_saveable' | 'dots_no_batch') and
-    whether the blocks run under `jax.lax.scan` (`graft_jax.models.layer_stack`).
-    Both are static: they live in the graphdef, so a change recompiles."""
+  def set_memory_options(self, *, remat: str = "none", scan_layers: bool = False,
+                         attention: str = "dense", attention_block: int = 512,
+                         score_tokens: int = 0, kv_cache_bytes: int = 0) -> None:
+    """Remat policy per block ('none' | 'full' | 'dots_saveable' | 'dots_no_batch'),
+    whether the blocks run under `jax.lax.scan` (`graft_jax.models.layer_stack`),
+    the attention of the forward pass and the sampler's prefill ('dense' |
+    'blocked' in blocks of `attention_block` positions, `graft_jax.models.attention`)
+    the scorer's tokens per pass (0: its fixed row chunks) and the sampler's
+    KV-cache bytes per call (0: no limit). All are static: they live in the
+    graphdef, so a change recompiles."""
     if remat != "none" and remat not in REMAT_POLICIES:
       raise ValueError(f"remat must be 'none' or one of {sorted(REMAT_POLICIES)}, got {remat!r}")
+    if attention not in ATTENTION_IMPLS:
+      raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {attention!r}")
+    if attention_block < 1 or min(score_tokens, kv_cache_bytes) < 0:
+      raise ValueError(f"need attention_block >= 1, score_tokens >= 0, kv_cache_bytes >= 0; got "
+                       f"{attention_block}, {score_tokens}, {kv_cache_bytes}")
     self.remat, self.scan_layers = remat, bool(scan_layers)
+    self.score_tokens, self.kv_cache_bytes = int(score_tokens), int(kv_cache_bytes)
+    for block in self.layers:
+      block.attn.attention_impl, block.attn.attention_block = attention, int(attention_block)
 
   def forward_cached(self, ids_BxT, positions_BxT, kv_mask_BxS, cache: KVCache,
                      cache_index, *, last_only: bool = False):
@@ -97,16 +115,11 @@ class Decoder(nnx.Module):
     chunk's last position (a prefill needs no more, and a 2048-token prompt's
     full logits would be 2048 x V floats per row).
     """
-    t = ids_BxT.shape[1]
-    s = kv_mask_BxS.shape[1]
-    query_slot_T = cache_index + jnp.arange(t)
-    causal_TxS = jnp.arange(s)[None, :] <= query_slot_T[:, None]
-    mask_BxTxS = causal_TxS[None] & kv_mask_BxS.astype(bool)[:, None, :]
     x_BxTxD = self.embed(ids_BxT)
     new_cache = []
     for block, layer_cache in zip(self.layers, cache):
-      x_BxTxD, layer_cache = block(x_BxTxD, positions_BxT, mask_BxTxS, layer_cache,
-                                   cache_index)
+      x_BxTxD, layer_cache = block(x_BxTxD, positions_BxT, kv_mask_BxS.astype(bool),
+                                   layer_cache, cache_index)
       new_cache.append(layer_cache)
     if last_only:
       x_BxTxD = x_BxTxD[:, -1:]

@@ -19,6 +19,7 @@ from flax import nnx
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
+from graft_jax import distributed
 from graft_jax.models import hf_keys
 from graft_jax.models.config import ModelConfig, UnsupportedConfigError
 from graft_jax.models.decoder import Decoder
@@ -65,11 +66,13 @@ def _path_str(path: tuple) -> str:
   return ".".join(str(p) for p in path)
 
 
-def load_hf(path: str | os.PathLike, *, dtype=jnp.float32, compute_dtype=None
+def load_hf(path: str | os.PathLike, *, dtype=jnp.float32, compute_dtype=None, mesh=None
             ) -> tuple[Decoder, ModelConfig]:
   """Builds a `Decoder` from an HF folder; params are stored in `dtype`.
 
-  Raises CheckpointError naming the file and key for a missing key, an
+  With a `mesh`, each tensor goes from the file straight to its shards on the
+  mesh (`graft_jax.sharding.state_shardings`): no device ever holds the whole
+  model. Raises CheckpointError naming the file and key for a missing key, an
   unexpected key or a wrong shape, and UnsupportedConfigError for a
   model_type or option these decoders do not implement.
   """
@@ -79,11 +82,16 @@ def load_hf(path: str | os.PathLike, *, dtype=jnp.float32, compute_dtype=None
                                             dtype=compute_dtype))
   graphdef, state = nnx.split(abstract)
   flat = {_path_str(p): v for p, v in nnx.to_flat_state(state)}
+  placement = {}
+  if mesh is not None:
+    from graft_jax.sharding import state_shardings  # sharding imports the models
+    placement = {_path_str(p): v.get_value()
+                 for p, v in nnx.to_flat_state(state_shardings(state, mesh))}
   loaded: set[str] = set()
   for name, keys in _weight_files(path).items():
     with safe_open(path / name, "numpy") as f:
       for key in keys:
-        _load_tensor(f, path / name, key, flat, loaded, cfg, dtype)
+        _load_tensor(f, path / name, key, flat, loaded, cfg, dtype, placement)
   missing = sorted(set(flat) - loaded)
   if missing:
     hf_missing = [hf_keys.nnx_to_hf(p)[0] for p in missing]
@@ -91,7 +99,8 @@ def load_hf(path: str | os.PathLike, *, dtype=jnp.float32, compute_dtype=None
   return nnx.merge(graphdef, state), cfg
 
 
-def _load_tensor(f, file: Path, key: str, flat: dict, loaded: set, cfg: ModelConfig, dtype):
+def _load_tensor(f, file: Path, key: str, flat: dict, loaded: set, cfg: ModelConfig, dtype,
+                 placement: dict):
   if hf_keys.IGNORED_HF_KEYS.match(key):
     return
   # A tied checkpoint may still carry a copy of the embedding as lm_head; the
@@ -111,7 +120,13 @@ def _load_tensor(f, file: Path, key: str, flat: dict, loaded: set, cfg: ModelCon
   if got != want:
     raise CheckpointError(f"{file}: key {key!r} has shape {got}, expected {want} "
                           f"from config.json")
-  variable.set_value(jnp.asarray(layout.to_nnx(f.get_tensor(key), shape), dtype=dtype))
+  value = layout.to_nnx(f.get_tensor(key), shape)
+  if nnx_path in placement:
+    host = np.asarray(value).astype(jnp.dtype(dtype))
+    value = jax.make_array_from_callback(shape, placement[nnx_path], lambda idx: host[idx])
+  else:
+    value = jnp.asarray(value, dtype=dtype)
+  variable.set_value(value)
   loaded.add(nnx_path)
 
 
@@ -120,7 +135,9 @@ def hf_tensors(model: Decoder, *, dtype=None) -> dict[str, np.ndarray]:
   out = {}
   for path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param)):
     key, layout = hf_keys.nnx_to_hf(_path_str(path))
-    array = np.asarray(jax.device_get(variable.get_value()))
+    # Gathered from every process when the mesh spans several (never device_get of
+    # an array this process cannot address).
+    array = distributed.to_host(variable.get_value())
     if dtype is not None:
       array = array.astype(np.dtype(dtype))
     out[key] = np.ascontiguousarray(layout.to_hf(array, array.shape))

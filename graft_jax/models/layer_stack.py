@@ -43,40 +43,40 @@ def _period_fn(graphdefs, remat: str):
     raise ValueError(f"remat must be 'none' or one of {sorted(REMAT_POLICIES)}, got {remat!r}")
 
   def one_block(graphdef):
-    def call(state, x_BxTxD, positions_BxT, mask_BxTxS):
-      return nnx.merge(graphdef, state)(x_BxTxD, positions_BxT, mask_BxTxS)[0]
+    def call(state, x_BxTxD, positions_BxT, kv_mask_BxT):
+      return nnx.merge(graphdef, state)(x_BxTxD, positions_BxT, kv_mask_BxT)[0]
     return call if remat == "none" else jax.checkpoint(call, policy=REMAT_POLICIES[remat])
 
   calls = [one_block(g) for g in graphdefs]
 
-  def run(states, x_BxTxD, positions_BxT, mask_BxTxS):
+  def run(states, x_BxTxD, positions_BxT, kv_mask_BxT):
     for call, state in zip(calls, states):
-      x_BxTxD = call(state, x_BxTxD, positions_BxT, mask_BxTxS)
+      x_BxTxD = call(state, x_BxTxD, positions_BxT, kv_mask_BxT)
     return x_BxTxD
 
   return run
 
 
-def run_blocks(blocks, x_BxTxD, positions_BxT, mask_BxTxS, *, remat: str = "none",
+def run_blocks(blocks, x_BxTxD, positions_BxT, kv_mask_BxT, *, remat: str = "none",
                scan: bool = False):
   """x after every block in order; the same function of the inputs in all four modes."""
   blocks = list(blocks)
   if remat == "none" and not scan:
     for block in blocks:
-      x_BxTxD, _ = block(x_BxTxD, positions_BxT, mask_BxTxS)
+      x_BxTxD, _ = block(x_BxTxD, positions_BxT, kv_mask_BxT)
     return x_BxTxD
   split = [nnx.split(b) for b in blocks]
   graphdefs = [g for g, _ in split]
   states = [s for _, s in split]
   if not scan:
-    return _period_fn(graphdefs, remat)(states, x_BxTxD, positions_BxT, mask_BxTxS)
+    return _period_fn(graphdefs, remat)(states, x_BxTxD, positions_BxT, kv_mask_BxT)
   p = scan_period(graphdefs)
   body = _period_fn(graphdefs[:p], remat)
   # stacked[j]: block j of every period, stacked over periods.
   stacked = [jax.tree.map(lambda *xs: jax.numpy.stack(xs), *states[j::p]) for j in range(p)]
 
   def step(x, period_states):
-    return body(period_states, x, positions_BxT, mask_BxTxS), None
+    return body(period_states, x, positions_BxT, kv_mask_BxT), None
 
   x_BxTxD, _ = jax.lax.scan(step, x_BxTxD, stacked)
   return x_BxTxD

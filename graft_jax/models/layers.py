@@ -14,10 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from graft_jax.models.attention import MASK_VALUE, attention
 from graft_jax.models.matmul import linear
-
-# Large but finite: a fully masked row (a pad query) softmaxes to uniform, not NaN.
-_MASK_VALUE = -1e30
 
 
 def param(rngs: nnx.Rngs, shape, axes, dtype, *, init="normal", std=0.02) -> nnx.Param:
@@ -92,11 +90,15 @@ class Attention(nnx.Module):
       self.q_norm = self.k_norm = None
     self.cfg = cfg
     self.use_rope = bool(use_rope)
+    # How the uncached and prefill attention runs (`Decoder.set_memory_options`).
+    self.attention_impl, self.attention_block = "dense", 512
 
-  def __call__(self, x_BxTxD, positions_BxT, mask_BxTxS, cache=None, cache_index=None):
+  def __call__(self, x_BxTxD, positions_BxT, kv_mask_BxS, cache=None, cache_index=None):
     """Attends over this call's keys, or over `cache` after writing them at `cache_index`.
 
-    Returns (out_BxTxD, new_cache); `cache` is `(k_BxKxHxS, v_BxKxSxH)` or None.
+    Query t sits at slot `cache_index + t` (0 without a cache) and sees the
+    slots s <= its own with `kv_mask_BxS[b, s]`. Returns (out_BxTxD,
+    new_cache); `cache` is `(k_BxKxHxS, v_BxKxSxH)` or None.
     """
     dt = x_BxTxD.dtype
     q_BxTxNxH = linear(x_BxTxD, self.q_DxNxH[...].astype(dt))
@@ -113,12 +115,10 @@ class Attention(nnx.Module):
     kv = self.cfg.num_kv_heads
     # Query head n = k * g + j shares kv head k (transformers' repeat_kv order).
     q_BxTxKxGxH = q_BxTxNxH.reshape(b, t, kv, n // kv, h)
-    if cache is None:
-      scores = jnp.einsum("btkgh,bskh->bkgts", q_BxTxKxGxH, k_BxTxKxH,
-                          preferred_element_type=jnp.float32)
-      probs = self._softmax(scores, mask_BxTxS, h, dt)
-      out_BxTxKxGxH = jnp.einsum("bkgts,bskh->btkgh", probs, v_BxTxKxH)
-    else:
+    # A prefill from slot 0 (a Python 0, not a traced slot) needs only its own
+    # keys: every later slot is in the causal future of all its queries.
+    fresh = cache is None or (t > 1 and isinstance(cache_index, int) and cache_index == 0)
+    if cache is not None:
       # The cache keeps keys as K x H x S and values as K x S x H per row: the
       # layouts the two attention products read without a transpose, so a
       # decode step writes one slot instead of copying the whole cache.
@@ -128,27 +128,38 @@ class Attention(nnx.Module):
       v_BxKxSxH = jax.lax.dynamic_update_slice(
           v_cache, v_BxTxKxH.transpose(0, 2, 1, 3).astype(v_cache.dtype), (0, 0, cache_index, 0))
       cache = (k_BxKxHxS, v_BxKxSxH)
-      k_BxKxHxS, v_BxKxSxH = k_BxKxHxS.astype(dt), v_BxKxSxH.astype(dt)
-      if t == 1:
-        # One query per row (a decode step): products of 2 x 64 by 64 x S per
-        # (row, kv head) run faster as a fused multiply-and-sum than as dots.
-        q_BxKxGxHx1 = q_BxTxKxGxH[:, 0, :, :, :, None].astype(jnp.float32)
-        scores = (q_BxKxGxHx1 * k_BxKxHxS[:, :, None]).sum(axis=3)[:, :, :, None]
-        probs_BxKxGxS = self._softmax(scores, mask_BxTxS, h, dt)[:, :, :, 0]
-        out_BxKxGxH = (probs_BxKxGxS[..., None] * v_BxKxSxH[:, :, None]).sum(axis=3)
-        out_BxTxKxGxH = out_BxKxGxH[:, None]
-      else:
-        scores = jnp.einsum("btkgh,bkhs->bkgts", q_BxTxKxGxH, k_BxKxHxS,
-                            preferred_element_type=jnp.float32)
-        probs = self._softmax(scores, mask_BxTxS, h, dt)
-        out_BxTxKxGxH = jnp.einsum("bkgts,bksh->btkgh", probs, v_BxKxSxH)
+    if fresh and (cache is None or self.attention_impl != "dense"):
+      out_BxTxKxGxH = attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxS[:, :t],
+                                impl=self.attention_impl, block=self.attention_block)
+    else:
+      out_BxTxKxGxH = self._cached(q_BxTxKxGxH, cache, kv_mask_BxS, cache_index, dt)
     out_BxTxNxH = out_BxTxKxGxH.reshape(b, t, n, h)
     return linear(out_BxTxNxH, self.o_NxHxD[...].astype(dt), in_dims=2), cache
+
+  def _cached(self, q_BxTxKxGxH, cache, kv_mask_BxS, cache_index, dt):
+    """Dense attention of queries at slots cache_index.. over the whole cache."""
+    b, t, _, _, h = q_BxTxKxGxH.shape
+    k_BxKxHxS, v_BxKxSxH = cache[0].astype(dt), cache[1].astype(dt)
+    s = kv_mask_BxS.shape[1]
+    causal_TxS = jnp.arange(s)[None, :] <= (cache_index + jnp.arange(t))[:, None]
+    mask_BxTxS = causal_TxS[None] & kv_mask_BxS.astype(bool)[:, None, :]
+    if t == 1:
+      # One query per row (a decode step): products of 2 x 64 by 64 x S per
+      # (row, kv head) run faster as a fused multiply-and-sum than as dots.
+      q_BxKxGxHx1 = q_BxTxKxGxH[:, 0, :, :, :, None].astype(jnp.float32)
+      scores = (q_BxKxGxHx1 * k_BxKxHxS[:, :, None]).sum(axis=3)[:, :, :, None]
+      probs_BxKxGxS = self._softmax(scores, mask_BxTxS, h, dt)[:, :, :, 0]
+      out_BxKxGxH = (probs_BxKxGxS[..., None] * v_BxKxSxH[:, :, None]).sum(axis=3)
+      return out_BxKxGxH[:, None]
+    scores = jnp.einsum("btkgh,bkhs->bkgts", q_BxTxKxGxH, k_BxKxHxS,
+                        preferred_element_type=jnp.float32)
+    probs = self._softmax(scores, mask_BxTxS, h, dt)
+    return jnp.einsum("bkgts,bksh->btkgh", probs, v_BxKxSxH)
 
   @staticmethod
   def _softmax(scores_BxKxGxTxS, mask_BxTxS, head_dim: int, dt):
     scores = jnp.where(mask_BxTxS[:, None, None], scores_BxKxGxTxS * (head_dim ** -0.5),
-                       _MASK_VALUE)
+                       MASK_VALUE)
     return jax.nn.softmax(scores, axis=-1).astype(dt)
 
 

@@ -2,7 +2,9 @@
 
 Shapes are bucketed (prompt count, prompt length, new-token budget), so a run
 compiles a handful of programs and then reuses them; `set_weights` only swaps
-the parameter state, which never recompiles.
+the parameter state, which never recompiles. Under a KV-cache byte budget the
+prompts decode in equal chunks that fit it (`graft_jax.rollout.kv_budget`),
+sampling exactly what one call over all of them would.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from graft_jax.rollout.kv_budget import kv_bytes_per_prompt, prompts_per_chunk
 from graft_jax.rollout.sampler import generate_padded
 from graft_jax.rollout.types import RolloutBatch, SamplingParams, check_generate_args
 
@@ -33,11 +36,14 @@ class JaxSamplerEngine:
     min_prompt_bucket / min_new_bucket / min_batch_bucket: smallest bucket sizes.
     cache_dtype: KV-cache dtype (default: the model's compute dtype).
     state_sharding: optional pytree of shardings to place the weights with.
+    max_kv_bytes: KV-cache bytes one compiled call may hold (None: the model's
+      `kv_cache_bytes` memory option; 0: no limit).
   """
 
   def __init__(self, model, *, eos_ids: int | Sequence[int], pad_id: int,
                min_prompt_bucket: int = 16, min_new_bucket: int = 16,
-               min_batch_bucket: int = 1, cache_dtype=None, state_sharding=None):
+               min_batch_bucket: int = 1, cache_dtype=None, state_sharding=None,
+               max_kv_bytes: int | None = None):
     self.eos_ids = tuple(int(e) for e in np.atleast_1d(eos_ids))
     if not self.eos_ids:
       raise ValueError("JaxSamplerEngine needs at least one EOS id")
@@ -47,6 +53,9 @@ class JaxSamplerEngine:
     self.min_batch_bucket = min_batch_bucket
     self.cache_dtype = cache_dtype
     self.state_sharding = state_sharding
+    self.model_cfg = model.cfg
+    self.kv_itemsize = jnp.dtype(cache_dtype or model.dtype).itemsize
+    self.max_kv_bytes = int(model.kv_cache_bytes if max_kv_bytes is None else max_kv_bytes)
     self.set_weights(model)
 
   def set_weights(self, model) -> None:
@@ -78,16 +87,25 @@ class JaxSamplerEngine:
       ids[i, l_bucket - len(p):] = p
       mask[i, l_bucket - len(p):] = True
     greedy = params.temperature == 0
-    out = generate_padded(
-        self.graphdef, self.state, ids, mask, np.arange(p_bucket) < num,
-        jax.random.key(params.seed), jnp.int32(params.max_new_tokens),
-        jnp.float32(params.temperature if not greedy else 1.0), jnp.float32(params.top_p),
-        n=n, max_new=n_bucket, eos_ids=self.eos_ids, pad_id=self.pad_id, greedy=greedy,
-        top_k=0 if greedy else min(params.top_k, self.vocab_size),
-        use_top_p=not greedy and params.top_p < 1.0, cache_dtype=self.cache_dtype)
+    per_prompt = kv_bytes_per_prompt(self.model_cfg, n=n, slots=l_bucket + n_bucket,
+                                     itemsize=self.kv_itemsize)
+    chunk = prompts_per_chunk(p_bucket, per_prompt, self.max_kv_bytes)
+    valid = np.arange(p_bucket) < num
+    outs = []
+    for start in range(0, num, chunk):  # chunks of only filler prompts are skipped
+      part = slice(start, start + chunk)
+      outs.append(generate_padded(
+          self.graphdef, self.state, ids[part], mask[part], valid[part],
+          jax.random.key(params.seed), jnp.int32(params.max_new_tokens),
+          jnp.float32(params.temperature if not greedy else 1.0), jnp.float32(params.top_p),
+          jnp.int32(start * n), n=n, max_new=n_bucket, eos_ids=self.eos_ids,
+          pad_id=self.pad_id, greedy=greedy,
+          top_k=0 if greedy else min(params.top_k, self.vocab_size),
+          use_top_p=not greedy and params.top_p < 1.0, cache_dtype=self.cache_dtype,
+          total_rows=p_bucket * n))
     rows, steps = num * n, params.max_new_tokens
-    tokens, logp, lengths, finished = jax.device_get(
-        (out.tokens_BxN, out.logp_BxN, out.lengths_B, out.finished_B))
+    tokens, logp, lengths, finished = (np.concatenate(x) for x in zip(*jax.device_get(
+        [(o.tokens_BxN, o.logp_BxN, o.lengths_B, o.finished_B) for o in outs])))
     lengths = np.asarray(lengths[:rows])
     mask_BxL = np.arange(steps)[None, :] < lengths[:, None]
     return RolloutBatch(

@@ -53,8 +53,12 @@ def prefill(model, prompt_ids_PxL, prompt_mask_PxL, max_new: int, cache_dtype=No
 
 def decode(model, key, logits_BxV, cache, kv_mask_BxS, positions_B, done_B, *, prompt_len: int,
            max_new: int, steps, temperature, top_p, eos_ids: tuple[int, ...], pad_id: int,
-           greedy: bool, top_k: int, use_top_p: bool) -> SamplerOutput:
-  """Samples up to `steps` (traced, <= max_new) tokens per row, stopping early when all are done."""
+           greedy: bool, top_k: int, use_top_p: bool, row_offset=0,
+           total_rows: int | None = None) -> SamplerOutput:
+  """Samples up to `steps` (traced, <= max_new) tokens per row, stopping early when all are done.
+
+  These rows are rows `row_offset..` of a call of `total_rows` (None: all of
+  it): each row draws the random numbers it would draw in the whole call."""
   b = logits_BxV.shape[0]
   eos_E = jnp.asarray(eos_ids, jnp.int32)
 
@@ -63,7 +67,8 @@ def decode(model, key, logits_BxV, cache, kv_mask_BxS, positions_B, done_B, *, p
 
   def body(c: _Carry) -> _Carry:
     token_B, logp_B = sample_step(jax.random.fold_in(key, c.step), c.logits_BxV, temperature,
-                                  top_p, greedy=greedy, top_k=top_k, use_top_p=use_top_p)
+                                  top_p, greedy=greedy, top_k=top_k, use_top_p=use_top_p,
+                                  row_offset=row_offset, total_rows=total_rows)
     live_B = ~c.done_B
     token_B = jnp.where(live_B, token_B, pad_id)
     logp_B = jnp.where(live_B, logp_B, 0.0)
@@ -86,16 +91,19 @@ def decode(model, key, logits_BxV, cache, kv_mask_BxS, positions_B, done_B, *, p
 
 @functools.partial(jax.jit, static_argnames=(
     "graphdef", "n", "max_new", "eos_ids", "pad_id", "greedy", "top_k", "use_top_p",
-    "cache_dtype"))
+    "cache_dtype", "total_rows"))
 def generate_padded(graphdef, state, prompt_ids_PxL, prompt_mask_PxL, prompt_valid_P, key,
-                    steps, temperature, top_p, *, n: int, max_new: int,
+                    steps, temperature, top_p, row_offset=0, *, n: int, max_new: int,
                     eos_ids: tuple[int, ...], pad_id: int, greedy: bool, top_k: int,
-                    use_top_p: bool, cache_dtype=None) -> SamplerOutput:
+                    use_top_p: bool, cache_dtype=None,
+                    total_rows: int | None = None) -> SamplerOutput:
   """Prefill + decode for P left-padded prompts, n samples each (B = P * n rows).
 
   Rows of prompts with `prompt_valid_P == False` (batch-bucket filler) start
   finished and produce nothing. Compiles once per (P, L, n, max_new, flags);
-  new weights in `state` and new traced settings do not recompile.
+  new weights in `state` and new traced settings do not recompile. A chunk of
+  a larger call passes its first row `row_offset` (traced) and the call's
+  `total_rows`, and samples what the whole call would for its rows.
   """
   model = nnx.merge(graphdef, state)
   logits_PxV, cache, kv_mask_PxS, positions_P = prefill(
@@ -105,4 +113,5 @@ def generate_padded(graphdef, state, prompt_ids_PxL, prompt_mask_PxL, prompt_val
                 rep(positions_P), rep(~prompt_valid_P.astype(bool)),
                 prompt_len=prompt_ids_PxL.shape[1], max_new=max_new, steps=steps,
                 temperature=temperature, top_p=top_p, eos_ids=eos_ids, pad_id=pad_id,
-                greedy=greedy, top_k=top_k, use_top_p=use_top_p)
+                greedy=greedy, top_k=top_k, use_top_p=use_top_p, row_offset=row_offset,
+                total_rows=total_rows)

@@ -38,12 +38,24 @@ def filter_top_p(logits_BxV, top_p):
   return jnp.where(logits_BxV < threshold_B1, _NEG_INF, logits_BxV)
 
 
-def sample_categorical(key, logits_BxV, *, block: int = 128):
+def row_uniforms(key, b: int, row_offset=0, total_rows: int | None = None):
+  """One uniform per row. Rows ``row_offset .. row_offset + b`` of a call's ``total_rows``
+  take the values the whole call would draw for them, so decoding the rows in
+  chunks samples exactly what decoding them together does."""
+  if total_rows is None:
+    return jax.random.uniform(key, (b,))
+  u = jnp.pad(jax.random.uniform(key, (total_rows,)), (0, b))  # a last chunk may run past
+  return jax.lax.dynamic_slice(u, (row_offset,), (b,))
+
+
+def sample_categorical(key, logits_BxV, *, block: int = 128, row_offset=0,
+                       total_rows: int | None = None):
   """One draw per row from softmax(logits) (-inf = excluded), by two-level inverse CDF.
 
   `jax.random.categorical` draws V Gumbel variates per row; on CPU that is
-  most of a decode step. This draws one uniform per row: it picks a block of
-  `block` tokens by the cumulative block masses, then a token inside it.
+  most of a decode step. This draws one uniform per row (`row_uniforms`): it
+  picks a block of `block` tokens by the cumulative block masses, then a
+  token inside it.
   """
   b, v = logits_BxV.shape
   p_BxV = jnp.exp(logits_BxV - jnp.max(logits_BxV, axis=-1, keepdims=True))
@@ -53,7 +65,7 @@ def sample_categorical(key, logits_BxV, *, block: int = 128):
   mass_BxNb = p_BxNbxK.sum(axis=-1)
   cum_BxNb = jnp.cumsum(mass_BxNb, axis=-1)
   # u in (0, total]: the first block whose cumulative mass reaches u has mass > 0.
-  u_B = (1.0 - jax.random.uniform(key, (b,))) * cum_BxNb[:, -1]
+  u_B = (1.0 - row_uniforms(key, b, row_offset, total_rows)) * cum_BxNb[:, -1]
   blk_B = jnp.minimum(jnp.sum(cum_BxNb < u_B[:, None], axis=-1), nb - 1)
   take = lambda x_BxN: jnp.take_along_axis(x_BxN, blk_B[:, None], axis=1)[:, 0]
   rest_B = u_B - (take(cum_BxNb) - take(mass_BxNb))
@@ -66,11 +78,12 @@ def sample_categorical(key, logits_BxV, *, block: int = 128):
 
 
 def sample_step(key, logits_BxV, temperature, top_p, *, greedy: bool, top_k: int,
-                use_top_p: bool):
+                use_top_p: bool, row_offset=0, total_rows: int | None = None):
   """Returns (token_B int32, logp_B float32) for fp32 logits.
 
   `greedy`, `top_k` and `use_top_p` are static (they change the compiled
-  program); `temperature` and `top_p` are traced values.
+  program); `temperature` and `top_p` are traced values. `row_offset` and
+  `total_rows` place these rows in a larger call (`row_uniforms`).
   """
   logits_BxV = logits_BxV.astype(jnp.float32)
   if greedy:
@@ -84,6 +97,7 @@ def sample_step(key, logits_BxV, temperature, top_p, *, greedy: bool, top_k: int
       filtered_BxV = filter_top_k(filtered_BxV, top_k)
     if use_top_p:
       filtered_BxV = filter_top_p(filtered_BxV, top_p)
-    token_B = sample_categorical(key, filtered_BxV)
+    token_B = sample_categorical(key, filtered_BxV, row_offset=row_offset,
+                                 total_rows=total_rows)
   logp_B = jnp.take_along_axis(logp_BxV, token_B[:, None], axis=-1)[:, 0]
   return token_B, logp_B

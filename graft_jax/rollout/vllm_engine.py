@@ -11,6 +11,7 @@ renormalised distribution instead; the tokens are still correct.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import hashlib
 import logging
 import os
@@ -24,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from graft_jax.rollout import vllm_sync
+from graft_jax.rollout import vllm_sync, weight_transfer
 from graft_jax.rollout.types import RolloutBatch, SamplingParams, check_generate_args
 from graft_jax.rollout.vllm_sidecar import (SidecarDown, SidecarError, SidecarOptions,
                                             VLLMSidecar)
@@ -94,17 +95,25 @@ class VLLMEngine:
     health_every_s: while waiting, poll /health this often; three misses in a
       row count as a hung server.
     max_concurrency: parallel HTTP requests (one per prompt).
+    weight_sync: 'reload' (safetensors + reload_weights), or on CUDA GPUs 'nccl' /
+      'ipc' (vLLM's weight-transfer API, `graft_jax.rollout.weight_transfer`).
   """
 
   def __init__(self, model, *, eos_ids: int | Sequence[int], pad_id: int, run_dir,
                options: SidecarOptions = SidecarOptions(), name: str = "policy",
                weights_dir=None, check_every: int = 10, probe_tolerance: float | None = None,
                max_restarts: int = 2, request_timeout_s: float = 3600.0,
-               health_every_s: float = 10.0, max_concurrency: int = 64):
+               health_every_s: float = 10.0, max_concurrency: int = 64,
+               weight_sync: str = "reload"):
     self.eos_ids = tuple(int(e) for e in np.atleast_1d(eos_ids))
     if not self.eos_ids:
       raise ValueError("VLLMEngine needs at least one EOS id")
     self.pad_id = int(pad_id)
+    self.weight_sync, self._pusher = weight_sync, None
+    if weight_sync != "reload":  # the server opens its side of the transfer at launch
+      options = dataclasses.replace(
+          options, extra_args=options.extra_args + weight_transfer.server_args(weight_sync),
+          env=options.env + weight_transfer.server_env(weight_sync))
     self.options = options
     self.weights_dir = pathlib.Path(weights_dir or default_weights_dir(run_dir)).resolve()
     self.check_every = check_every
@@ -149,14 +158,20 @@ class VLLMEngine:
     else:
       model = nnx.merge(self.graphdef, model)
     self._model = model
-    t0 = time.perf_counter()
-    vllm_sync.write_weights(model, self.weights_dir, self.options.dtype)
-    t1 = time.perf_counter()
-    self._with_restarts(lambda: vllm_sync.reload_weights(
-        self.sidecar, self.weights_dir, timeout=self.request_timeout_s))
-    t2 = time.perf_counter()
+    if self.weight_sync == "reload":
+      t0 = time.perf_counter()
+      vllm_sync.write_weights(model, self.weights_dir, self.options.dtype)
+      t1 = time.perf_counter()
+      self._with_restarts(lambda: vllm_sync.reload_weights(
+          self.sidecar, self.weights_dir, timeout=self.request_timeout_s))
+      metrics = {"vllm_write_s": t1 - t0, "vllm_reload_s": time.perf_counter() - t1}
+    else:
+      self._pusher = self._pusher or weight_transfer.make_sender(
+          self.weight_sync, self.sidecar, dtype=self.options.dtype,
+          head_copy=True, timeout=self.request_timeout_s)  # the server started untied
+      pushed = self._with_restarts(lambda: self._pusher.send(model, self.syncs + 1))
+      metrics = {"vllm_push_s": pushed["seconds"], "vllm_push_bytes": pushed["bytes"]}
     self.syncs += 1
-    metrics = {"vllm_write_s": t1 - t0, "vllm_reload_s": t2 - t1}
     if self.syncs == 1 or (self.check_every and self.syncs % self.check_every == 0):
       metrics.update(self._with_restarts(self._probe))
     metrics["vllm_restarts"] = self.restarts

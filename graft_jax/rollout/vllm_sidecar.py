@@ -65,6 +65,7 @@ class SidecarOptions:
   env: tuple[tuple[str, str], ...] = ()
   server_module: str = SERVER_MODULE
   stop_grace_s: float = 15.0
+  host: str = "127.0.0.1"  # bind address; clients on this node still use loopback
 
 
 def free_port() -> int:
@@ -138,7 +139,7 @@ def server_env(run_dir: pathlib.Path, extra=()) -> dict[str, str]:
 
 
 class VLLMSidecar:
-  """One vLLM server on 127.0.0.1 serving `model_dir` as model `name`.
+  """One vLLM server on `options.host` (loopback by default) serving `model_dir` as `name`.
 
   `start()` returns at once; `wait_ready()` blocks until /health answers.
   Call `stop()` (or use it as a context manager); an atexit hook stops any
@@ -170,13 +171,15 @@ class VLLMSidecar:
 
   @property
   def url(self) -> str:
-    return f"http://127.0.0.1:{self.port}"
+    # A wildcard bind (0.0.0.0, ::) answers on loopback too.
+    host = "127.0.0.1" if self.options.host in ("0.0.0.0", "::", "localhost") else self.options.host
+    return f"http://{host}:{self.port}"
 
   def command(self) -> list[str]:
     o = self.options
     args = [
         "--model", str(self.model_dir), "--served-model-name", self.name,
-        "--host", "127.0.0.1", "--port", str(self.port), "--dtype", o.dtype, "--seed", "0",
+        "--host", o.host, "--port", str(self.port), "--dtype", o.dtype, "--seed", "0",
         # Prompts and responses are token ids; no tokenizer needed server-side.
         "--skip-tokenizer-init",
         # log_softmax(logits / T): the RolloutBatch convention (see vllm_engine).

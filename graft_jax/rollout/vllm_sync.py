@@ -1,46 +1,159 @@
-"""Weight sync to a vLLM sidecar: safetensors on disk, hot reload, and a log-prob probe."""
+"""Weight sync to a vLLM sidecar: safetensors on disk, hot reload, and a log-prob probe.
+
+The reload path writes the serving state dict as one safetensors file, streamed
+tensor by tensor: each is cast to the serving dtype and laid out as Hugging
+Face stores it *on the device* (one small jitted program per shape), fetched
+in buckets of about ``bucket_bytes`` while the next bucket is being cast, and
+written straight to the file, so the host holds one bucket, not the model.
+Under a mesh that spans processes each tensor is gathered with
+``process_allgather`` (``graft_jax.distributed.to_host``) and process 0 writes.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pathlib
+import struct
 import time
 
+import jax
+import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
-from safetensors.numpy import save_file
+from flax import nnx
 
-from graft_jax.models import token_logprobs_jit
-from graft_jax.models.hf_io import hf_tensors
+from graft_jax import distributed
+from graft_jax.models import hf_keys, token_logprobs_jit
 
-_SAVE_DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32,
+_SAVE_DTYPES = {"bfloat16": jnp.bfloat16, "float16": jnp.float16, "float32": jnp.float32,
                 "auto": None}
+_SAFETENSORS_DTYPES = {np.dtype(ml_dtypes.bfloat16): "BF16", np.dtype(np.float16): "F16",
+                       np.dtype(np.float32): "F32"}
+_LAYOUTS = {layout.name: layout for _, _, layout in hf_keys.KEY_TABLE}
+BUCKET_BYTES = 256 << 20
+TIED_HEAD = ("lm_head.weight", "model.embed_tokens.weight")  # (served copy, its source)
 
 
-def write_weights(model, out_dir: str | os.PathLike, dtype: str = "auto") -> None:
-  """Writes config.json and the full state dict as one safetensors file (no tokenizer).
+@functools.partial(jax.jit, static_argnames=("layout", "dtype"))
+def to_serving(x, *, layout: str, dtype):
+  """One parameter in the server's dtype and Hugging Face layout, computed on its device."""
+  return _LAYOUTS[layout].to_hf(x.astype(dtype), x.shape)
+
+
+def serving_plan(model, dtype: str = "auto") -> list[tuple[str, str, jax.Array, tuple, np.dtype]]:
+  """``(hf_key, layout, parameter, hf_shape, served dtype)`` per tensor, each parameter once;
+  a tied embedding is listed once (``write_weights`` adds the head's copy)."""
+  out = []
+  for path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+    key, layout = hf_keys.nnx_to_hf(".".join(str(p) for p in path))
+    value = variable.get_value()
+    served = np.dtype(_SAVE_DTYPES[dtype] or value.dtype)
+    out.append((key, layout.name, value, layout.hf_shape(value.shape), served))
+  return out
+
+
+def _header(entries, metadata) -> bytes:
+  header, offset = {"__metadata__": metadata}, 0
+  for key, shape, dt in entries:
+    size = int(np.prod(shape)) * dt.itemsize
+    header[key] = {"dtype": _SAFETENSORS_DTYPES[dt], "shape": list(shape),
+                   "data_offsets": [offset, offset + size]}
+    offset += size
+  raw = json.dumps(header, separators=(",", ":")).encode()
+  raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned
+  return struct.pack("<Q", len(raw)) + raw
+
+
+def write_weights(model, out_dir: str | os.PathLike, dtype: str = "auto", *,
+                  bucket_bytes: int = BUCKET_BYTES) -> dict[str, float]:
+  """Writes config.json and the full state dict as one safetensors file (no tokenizer);
+  returns ``{"bytes": ..., "fetch_s": ..., "write_s": ...}``.
 
   The whole state dict every time: vLLM fuses q/k/v (and gate/up) on load,
   so a partial file would leave the fused tensors half updated. Tied
   embeddings are served untied (an explicit `lm_head.weight`): vLLM's in-place
   reload does not refresh a tied LM head (seen on the CPU build, where the
   head keeps a repacked copy), while an untied one is loaded like any weight.
+  The embedding is cast and fetched once; its bytes are written twice.
   """
   out = pathlib.Path(out_dir)
-  out.mkdir(parents=True, exist_ok=True)
-  tensors = hf_tensors(model, dtype=_SAVE_DTYPES[dtype])
-  saved = next(iter(tensors.values())).dtype
-  config = model.cfg.to_hf_config(
-      dtype="bfloat16" if saved == ml_dtypes.bfloat16 else str(saved))
-  if model.cfg.tie_word_embeddings:
-    tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
-    config["tie_word_embeddings"] = False
-  # Written aside and renamed, so a server restarted meanwhile never reads half a file.
+  plan = serving_plan(model, dtype)
+  entries = [(key, shape, dt) for key, _, _, shape, dt in plan]
+  tied = model.cfg.tie_word_embeddings
+  if tied:
+    source = next(e for e in entries if e[0] == TIED_HEAD[1])
+    entries.append((TIED_HEAD[0],) + source[1:])
+  writer = distributed.is_writer()
+  stats = {"bytes": 0, "fetch_s": 0.0, "write_s": 0.0}
   tmp = out / "model.safetensors.partial"
-  save_file(tensors, tmp, metadata={"format": "pt"})
-  os.replace(tmp, out / "model.safetensors")
-  (out / "config.json").write_text(json.dumps(config, indent=2))
+  f = None
+  if writer:
+    out.mkdir(parents=True, exist_ok=True)
+    f = open(tmp, "wb")  # pylint: disable=consider-using-with
+  try:
+    if f is not None:
+      f.write(_header(entries, {"format": "pt"}))
+    kept = None
+    buckets = _buckets(plan, bucket_bytes)
+    while True:
+      t0 = time.perf_counter()  # the casts run inside the generator: timed with the fetch
+      bucket = next(buckets, None)
+      if bucket is None:
+        break
+      host = [(key, distributed.to_host(x)) for key, x in bucket]
+      stats["fetch_s"] += time.perf_counter() - t0
+      t0 = time.perf_counter()
+      for key, array in host:
+        if key == TIED_HEAD[1] and tied:
+          kept = array
+        if f is not None:
+          f.write(_raw(array))
+        stats["bytes"] += array.nbytes
+      stats["write_s"] += time.perf_counter() - t0
+    if tied and f is not None:
+      f.write(_raw(kept))
+      stats["bytes"] += kept.nbytes
+  finally:
+    if f is not None:
+      f.close()
+  if writer:
+    # Renamed into place, so a server restarted meanwhile never reads half a file.
+    os.replace(tmp, out / "model.safetensors")
+    saved = entries[0][2]
+    config = model.cfg.to_hf_config(
+        dtype="bfloat16" if saved == ml_dtypes.bfloat16 else str(saved))
+    if tied:
+      config["tie_word_embeddings"] = False
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+  return stats
+
+
+def _raw(array: np.ndarray) -> np.ndarray:
+  """The array's bytes in C order (bfloat16 has no buffer-protocol format: viewed as bytes)."""
+  return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+
+def _buckets(plan, bucket_bytes: int):
+  """Yields lists of ``(key, served array)`` of about ``bucket_bytes``; the next bucket's
+  casts are dispatched before the current one is handed over, so they overlap its fetch
+  and write."""
+  pending, size, groups = [], 0, []
+  for key, layout, value, shape, dt in plan:
+    pending.append((key, layout, value, dt))
+    size += int(np.prod(shape)) * dt.itemsize
+    if size >= bucket_bytes:
+      groups.append(pending)
+      pending, size = [], 0
+  if pending:
+    groups.append(pending)
+  launch = lambda g: [(key, to_serving(v, layout=layout, dtype=dt)) for key, layout, v, dt in g]
+  current = launch(groups[0]) if groups else []
+  for i in range(len(groups)):
+    following = launch(groups[i + 1]) if i + 1 < len(groups) else []
+    yield current
+    current = following
 
 
 def reload_weights(sidecar, weights_dir, *, timeout: float = 600.0) -> None:

@@ -5,9 +5,9 @@ Nothing is guessed: the update that training runs
 parameters (``nnx.eval_shape``, no weights) and the run's shardings, compiled
 for the mesh, and ``compiled.memory_analysis()`` gives its argument, output
 and temporary bytes per device. Fixed state is counted from the shardings.
-The numbers are those of the backend that compiles (on CPU: XLA's CPU
-attention, which materialises one layer's T x T scores; cuDNN's fused
-attention on GPU needs less).
+The numbers are those of the backend that compiles (here XLA's CPU backend)
+for the attention the config picks: 'dense' materialises one layer's T x T
+scores, 'blocked' one block of them (``graft_jax.models.attention``).
 """
 
 from __future__ import annotations
@@ -57,10 +57,12 @@ def sharded_bytes(abstract, shardings) -> int:
   return total
 
 
-def abstract_model(model_cfg, *, param_dtype, dtype, remat: str, scan_layers: bool):
+def abstract_model(model_cfg, *, param_dtype, dtype, remat: str, scan_layers: bool,
+                   attention: str = "dense", attention_block: int = 512):
   def build():
     m = Decoder(model_cfg, rngs=nnx.Rngs(0), param_dtype=param_dtype, dtype=dtype)
-    m.set_memory_options(remat=remat, scan_layers=scan_layers)
+    m.set_memory_options(remat=remat, scan_layers=scan_layers, attention=attention,
+                         attention_block=attention_block)
     return m
   return nnx.split(nnx.eval_shape(build))
 
@@ -75,12 +77,14 @@ def micro_batch_shapes(num_micro: int, rows: int, length: int) -> dict:
 
 def update_memory(model_cfg, mesh, tx, spec, *, rows_per_device: int, length: int,
                   minibatch_rows: int, param_dtype=jnp.float32, dtype=jnp.bfloat16,
-                  remat: str = "full", scan_layers: bool = True) -> UpdateMemory:
+                  remat: str = "full", scan_layers: bool = True, attention: str = "dense",
+                  attention_block: int = 512) -> UpdateMemory:
   """Compiles the accumulated update for micro-batches of ``rows_per_device`` rows of
   ``length`` tokens per device (a minibatch of ``minibatch_rows``) and reads its memory."""
   from graft_jax.train.microbatch import accumulated_update  # train imports sharding
   graphdef, params = abstract_model(model_cfg, param_dtype=param_dtype, dtype=dtype,
-                                    remat=remat, scan_layers=scan_layers)
+                                    remat=remat, scan_layers=scan_layers, attention=attention,
+                                    attention_block=attention_block)
   param_sh = state_shardings(params, mesh)
   opt = jax.eval_shape(tx.init, params)
   opt_sh = state_shardings(opt, mesh)

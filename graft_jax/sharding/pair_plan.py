@@ -1,4 +1,5 @@
-"""The memory plan of a pair config: each model's update on the config's mesh, and whether it fits."""
+"""The memory plan of a pair config: each model's update and JAX-sampler KV cache on the config's
+mesh, and whether they fit."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import pathlib
 import jax.numpy as jnp
 
 from graft_jax.models.config import ModelConfig
+from graft_jax.rollout.jax_engine import bucket
+from graft_jax.rollout.kv_budget import KVBudgetError, kv_bytes_per_prompt, prompts_per_chunk
 from graft_jax.sharding.memory_plan import largest_rows, update_memory
 from graft_jax.sharding.mesh import MeshConfig, make_mesh
 from graft_jax.sharding.report import format_bytes
@@ -27,9 +30,27 @@ def model_config(model) -> ModelConfig:
   return PRESETS[model.name]()
 
 
+def sampler_kv_bytes(cfg, model_cfg) -> tuple[int, bool]:
+  """(KV bytes of one JAX-sampler call of a step's rollouts under ``rollout.max_kv_bytes``,
+  whether one prompt fits that budget at all); 0 with the vLLM engine, whose share
+  ``--reserve-fraction`` keeps free. Counted whole on every device: the sampler
+  does not shard its cache."""
+  if cfg.engine != "jax":
+    return 0, True
+  slots = bucket(cfg.max_prompt_len, 16) + bucket(cfg.max_response_len, 16)
+  per_prompt = kv_bytes_per_prompt(model_cfg, n=cfg.n, slots=slots,
+                                   itemsize=jnp.dtype(cfg.dtype).itemsize)
+  prompts = bucket(cfg.prompts_per_step, 1)
+  try:
+    return prompts_per_chunk(prompts, per_prompt, cfg.rollout.max_kv_bytes) * per_prompt, True
+  except KVBudgetError:
+    return per_prompt, False  # the sampler would refuse the run
+
+
 def plan(cfg, devices, device_bytes: int, *, reserve_fraction: float = 0.0):
-  """Rows of (name, UpdateMemory, largest rows per device) for each model of ``cfg``;
-  both policies live on the same devices, so their fixed states add up."""
+  """Rows of (name, UpdateMemory, largest rows per device, sampler KV) for each model of
+  ``cfg``; both policies live on the same devices, so their fixed states add up, and
+  the sampler's KV cache sits next to them while it decodes."""
   from graft_jax.train.step import loss_spec
   from graft_jax.train.update import make_optimizer
   m = cfg.mesh
@@ -39,36 +60,42 @@ def plan(cfg, devices, device_bytes: int, *, reserve_fraction: float = 0.0):
   minibatch_rows = cfg.prompts_per_step // cfg.num_minibatches * cfg.n
   tx, spec = make_optimizer(cfg.optimizer), loss_spec(cfg)
   kw = dict(length=length, minibatch_rows=minibatch_rows, param_dtype=jnp.dtype(cfg.param_dtype),
-            dtype=jnp.dtype(cfg.dtype), remat=cfg.remat, scan_layers=cfg.scan_layers)
+            dtype=jnp.dtype(cfg.dtype), remat=cfg.remat, scan_layers=cfg.scan_layers,
+            attention=cfg.attention_impl, attention_block=cfg.attention_block)
   out = []
   for model in (cfg.model_a, cfg.model_b):
     mc = model_config(model)
     mems = {r: update_memory(mc, mesh, tx, spec, rows_per_device=r, **kw)
             for r in sorted({1, 2, rows_cfg or 1})}
-    out.append((model.name, mems, rows_cfg or minibatch_rows))
-  fixed = sum(mems[1].params + mems[1].opt_state for _, mems, _ in out)
+    out.append((model.name, mems, rows_cfg or minibatch_rows, sampler_kv_bytes(cfg, mc)))
+  fixed = sum(mems[1].params + mems[1].opt_state for _, mems, _, _ in out)
   available = int(device_bytes * (1 - reserve_fraction))
   table = []
-  for name, mems, rows in out:
+  for name, mems, rows, (kv, kv_ok) in out:
     other = fixed - (mems[1].params + mems[1].opt_state)  # the peer's state stays resident
     mem = mems.get(rows, mems[1])
     most = largest_rows(mems[1], mems[2], available - other)
-    table.append(dict(name=name, mem=mem, rows=rows, peer_state=other,
-                      total=mem.total + other, fits=mem.total + other <= available,
+    update, sampling = mem.total + other, fixed + kv
+    table.append(dict(name=name, mem=mem, rows=rows, peer_state=other, kv=kv, update=update,
+                      sampling=sampling, fits=kv_ok and max(update, sampling) <= available,
                       largest_rows=most))
   return mesh, available, table
 
 
 def format_plan(mesh, available, table, length: int) -> str:
   head = (f"{'model':<16}{'params':>11}{'optimizer':>11}{'grads*':>11}{'temps':>11}"
-          f"{'peer state':>12}{'total':>11}  fit   rows/dev  (largest)")
+          f"{'peer state':>12}{'update':>11}{'sampler KV':>12}{'sampling':>11}  fit   "
+          f"rows/dev  (largest)")
   lines = [f"{dict(mesh.shape)} x {mesh.devices.size} devices, {format_bytes(available)} "
            f"available per device, micro-batch rows of {length} tokens", head]
   for r in table:
     m = r["mem"]
     lines.append(f"{r['name']:<16}{format_bytes(m.params):>11}{format_bytes(m.opt_state):>11}"
                  f"{format_bytes(m.grads):>11}{format_bytes(m.temporaries):>11}"
-                 f"{format_bytes(r['peer_state']):>12}{format_bytes(r['total']):>11}  "
+                 f"{format_bytes(r['peer_state']):>12}{format_bytes(r['update']):>11}"
+                 f"{format_bytes(r['kv']):>12}{format_bytes(r['sampling']):>11}  "
                  f"{'yes' if r['fits'] else 'NO ':<5} {r['rows']:>8}  ({r['largest_rows']})")
-  lines.append("* grads: the fp32 accumulator, counted inside temps")
+  lines.append("* grads: the fp32 accumulator, counted inside temps. update: its arguments, "
+               "outputs and temps + the peer's state; sampling: both states + the JAX "
+               "sampler's KV cache (0 with vLLM)")
   return "\n".join(lines)

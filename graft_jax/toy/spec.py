@@ -22,7 +22,7 @@ from graft_jax.toy.warm_start import SFTConfig
 # The trainer's prompt is problem + suffix; the toy config must use this one.
 PROMPT_SUFFIX = " Answer:"
 # Bump when the build code changes what it produces for the same settings.
-RECIPE_VERSION = 3
+RECIPE_VERSION = 4
 DEFAULT_ROOT = "runs/toy_pair"
 
 
@@ -110,9 +110,12 @@ def default_config(seed: int = 0) -> ToyPairConfig:
   0.003 on the peer's: most of a model's groups there are all-fail, while the
   peer's correct traces differ from its own only in the strategy word, about
   log(0.7/0.003) = 5.5 nats over a ~40-token trace (s near 0.87 > 0.8).
-  toy_a's byte-level vocabulary is as large as its corpus allows (303 of 320):
-  at 300 it had no merge left for " high", which then took four tokens that
-  the drills never train, and the gate saw 20 nats where the prior gives 6.
+  A model's habitual word (toy_a's "up", toy_b's "down") is the bug on its
+  weak family (`graft_jax.data.synthetic_columns`), so RL that sharpens the
+  habit on the strong family does not teach the weak one. Each strategy word
+  must be one token in both tokenizers (a test checks): an earlier toy_a
+  vocabulary without a merge for its word spent four untrained tokens on it,
+  and the gate saw 20 nats where the prior gives 6.
   Heads are 32 wide: vLLM's CPU attention backend refuses head_dim 16, and the
   pair must also serve from vLLM sidecars (`configs/toy.py:vllm`).
   """

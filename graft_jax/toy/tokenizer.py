@@ -2,7 +2,7 @@
 
 Qwen-like (model A): byte-level BPE, every digit its own token. SmolLM3-like
 (model B): character BPE over printable ASCII whose pre-tokens keep a word with
-its leading space and punctuation (" tens:", "."), also one token per digit.
+its leading space and punctuation (" up:", "."), also one token per digit.
 B once chunked numbers by two digits, as Llama 3 chunks by three; a 332k
 model could not learn column traces over 2-digit tokens (the carry digit is
 half of a token), so both split digits. Different vocabularies, byte-level vs

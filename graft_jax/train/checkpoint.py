@@ -6,7 +6,10 @@ cursor. An interrupted save never hides the previous checkpoint, and its
 leftover temporary folder is removed at the next start (it would otherwise
 keep the disk full that interrupted it). A full or read-only disk raises
 `graft_jax.train.storage.StorageError` naming the folder, before orbax starts
-writing when the free space is visibly short.
+writing when the free space is visibly short. In a multi-process run every
+process calls `save` and `restore` (orbax writes and reads each process's
+shards; process 0 the metadata), and only process 0 sets interrupted saves
+aside, the others waiting for it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
+from graft_jax import distributed
 from graft_jax.train import storage
 
 # Orbax writes this file into a step folder as the last act of a save (before
@@ -163,12 +167,13 @@ class Checkpointer:
     inside. Temporaries are deleted: they hold nothing a committed step does
     not, and after a full disk they are what keeps it full.
     """
-    if jax.process_index() != 0:
-      return
-    try:
-      self._clean_interrupted()
-    except OSError as e:
-      raise storage.as_storage_error(e, self.directory) or e
+    if distributed.is_writer():
+      try:
+        self._clean_interrupted()
+      except OSError as e:
+        raise storage.as_storage_error(e, self.directory) or e
+    # No process lists steps before process 0 has moved the interrupted ones aside.
+    distributed.sync('checkpoint-set-aside')
 
   def _clean_interrupted(self) -> None:
     for entry in self.directory.iterdir():

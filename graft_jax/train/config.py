@@ -1,15 +1,22 @@
-"""Typed run configuration: frozen dataclasses built once from a ConfigDict.
+"""Typed run configuration: the single definition of every field and its default.
 
-`from_config_dict` is the library boundary: it rejects unknown keys, wrong
-types and impossible values (see `config_checks`) before anything loads.
+`config_dict()` is these defaults as the ConfigDict that configs/*.py edit;
+`from_config_dict` is the library boundary back: it rejects unknown keys,
+wrong types and impossible values (see `config_checks`) before anything
+loads. `write_run_config` stores the resolved config next to the run and
+refuses a resume that would change the math.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import os
 import pathlib
 from typing import Any
+
+import ml_collections
 
 from graft_jax.train import config_checks
 from graft_jax.train import config_load
@@ -22,14 +29,17 @@ load_config = config_load.load_config
 apply_overrides = config_load.apply_overrides
 
 METHODS = config_checks.METHODS
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
-  """One policy. `path` is a local HF folder; `name` keys logs and metrics."""
+class PolicyConfig:
+  """One policy. `path` is a local HF folder; `name` keys logs and metrics.
+
+  Its prompt is the problem text plus ``data.prompt_suffix``.
+  """
   path: str = ''
   name: str = ''
-  template: str = 'plain'  # prompt template id; the data module owns the names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +54,9 @@ class SyntheticConfig:
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
   train_path: str = ''
-  format: str = 'jsonl'  # 'jsonl' | 'parquet' | 'synthetic'
+  # 'file': data.train_path, read by its suffix (.jsonl, .json, .parquet);
+  # 'synthetic': generated from data.synthetic.
+  source: str = 'file'
   prompt_suffix: str = (
       " Let's think step by step and output the final answer within \\boxed{}.")
   shuffle: bool = True
@@ -58,11 +70,14 @@ class RolloutConfig:
   temperature: float = 1.0
   top_p: float = 1.0
   top_k: int = 0  # 0 disables top-k
+  # JAX sampler: bytes its KV cache may take per call; prompts decode in chunks that
+  # fit (graft_jax.rollout.jax_engine). 0 = every prompt at once.
+  max_kv_bytes: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
-  name: str = 'adamw'
+  """AdamW (graft_jax.train.update.make_optimizer)."""
   lr: float = 1e-6
   schedule: str = 'constant'  # after optional linear warmup
   warmup_steps: int = 0
@@ -106,13 +121,17 @@ class SgtConfig:
 class ReplayConfig:
   """Stored-log replay: model_a learns from model_b's logs in `log_dir`."""
   log_dir: str = ''
-  balance: bool = False  # replay is one-way; must stay False
 
 
 @dataclasses.dataclass(frozen=True)
 class RewardConfig:
-  timeout_s: float = 5.0  # a verifier timeout scores 0
-  num_workers: int = 2
+  """The reward (graft_jax.rewards.make_reward): 'math_verify' (last box, then
+  math-verify in a pool of `num_workers` processes), 'synthetic_exact' (last
+  box equals the gold as a number or normalized string; no pool), or
+  'pkg.module:function', a ``(texts, golds) -> (rewards, stats)`` of your own."""
+  kind: str = 'math_verify'
+  timeout_s: float = 5.0  # math_verify: a verifier timeout scores 0
+  num_workers: int = 2  # math_verify: verifier processes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,11 +159,28 @@ class CheckpointConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LoggingConfig:
-  every_steps: int = 1
+  """Every step writes a metrics row (metrics.jsonl, optionally TensorBoard)."""
   tensorboard: bool = True
   progress_bar: bool = True
   peer_log: bool = True  # record every rollout (needed for later replay)
   peer_log_dir: str = ''  # '' = <workdir>/peer_logs
+
+
+@dataclasses.dataclass(frozen=True)
+class VllmGpusConfig:
+  """GPU ids (as the node numbers them) of each model's vLLM server."""
+  model_a: tuple[int, ...] = ()
+  model_b: tuple[int, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedConfig:
+  """Multi-process start-up (graft_jax.distributed): an explicit coordinator, or
+  `auto` to let jax.distributed read SLURM / Open MPI / Kubernetes variables."""
+  coordinator_address: str = ''  # host:port of process 0; '' = not explicit
+  num_processes: int = 0
+  process_id: int = -1
+  auto: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,11 +201,20 @@ class VllmConfig:
   request_timeout_s: float = 3600.0
   health_every_s: float = 10.0  # /health poll while requests run; 3 misses = a hung server
   max_concurrency: int = 64  # parallel HTTP requests (one per prompt)
+  # Placement (README: Multi-host): each server's GPUs (its CUDA_VISIBLE_DEVICES;
+  # the tensor-parallel size is their count); () = every visible device.
+  gpus: VllmGpusConfig = VllmGpusConfig()
+  host: str = '127.0.0.1'  # bind address; '0.0.0.0' serves other nodes
+  # 'reload': safetensors in /dev/shm + reload_weights (any platform); on CUDA GPUs
+  # 'nccl' (server on its own GPUs) or 'ipc' (server on the trainer's GPU) use vLLM's
+  # weight-transfer API (graft_jax.rollout.weight_transfer).
+  weight_sync: str = 'reload'
 
 
 @dataclasses.dataclass(frozen=True)
-class MeshConfig:
-  """Axis sizes; -1 takes the remaining devices (at most one axis)."""
+class MeshShape:
+  """Axis sizes of the device mesh (graft_jax.sharding.MeshConfig); -1 takes the
+  remaining devices (at most one axis)."""
   data: int = -1
   fsdp: int = 1
   tensor: int = 1
@@ -181,8 +226,8 @@ class TrainConfig:
   method: str = 'graft'  # 'graft' | 'grpo' | 'hacpo' | 'sgt' | 'replay'
   seed: int = 0
   workdir: str = 'runs/default'
-  model_a: ModelConfig = ModelConfig(name='model_a')
-  model_b: ModelConfig = ModelConfig(name='model_b')
+  model_a: PolicyConfig = PolicyConfig(name='model_a')
+  model_b: PolicyConfig = PolicyConfig(name='model_b')
   data: DataConfig = DataConfig()
   prompts_per_step: int = 128
   n: int = 8
@@ -210,12 +255,19 @@ class TrainConfig:
   logging: LoggingConfig = LoggingConfig()
   engine: str = 'jax'  # 'jax' | 'vllm'
   vllm: VllmConfig = VllmConfig()
-  mesh: MeshConfig = MeshConfig()
+  mesh: MeshShape = MeshShape()
+  distributed: DistributedConfig = DistributedConfig()
+  jax_devices: tuple[int, ...] = ()  # the trainer's local GPU ids; () = all visible
+  xla_mem_fraction: float = 0.0  # XLA_PYTHON_CLIENT_MEM_FRACTION; 0 = JAX's default
   # Memory (graft_jax.train.microbatch, graft_jax.models.decoder; launch/plan.py
   # says which settings fit a device). 0 = the whole minibatch in one pass.
   micro_batch_tokens: int = 0  # per device, per gradient micro-batch (rows x padded length)
   remat: str = 'none'  # per decoder block: 'none' | 'full' | 'dots_saveable' | 'dots_no_batch'
   scan_layers: bool = False  # one compiled block under jax.lax.scan (flat compile time)
+  # Forward / prefill attention (graft_jax.models.attention): 'dense' forms the T x T
+  # scores (fastest at small T); 'blocked' holds one block of them at a time.
+  attention_impl: str = 'dense'
+  attention_block: int = 512  # positions per query / key block of 'blocked'
 
   @property
   def checkpoint_dir(self) -> str:
@@ -231,6 +283,11 @@ class TrainConfig:
     if self.total_steps > 0:
       return self.total_steps
     return self.epochs * (num_train_prompts // self.prompts_per_step)
+
+
+def config_dict() -> ml_collections.ConfigDict:
+  """The defaults of `TrainConfig` as an unlocked ConfigDict (what configs/*.py start from)."""
+  return ml_collections.ConfigDict(to_dict(TrainConfig()))
 
 
 def from_config_dict(cd: Any) -> TrainConfig:
@@ -257,5 +314,41 @@ def write_json(cfg: TrainConfig, path: str | pathlib.Path) -> pathlib.Path:
   """
   path = pathlib.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
-  path.write_text(json.dumps(to_dict(cfg), indent=1) + '\n', encoding='utf-8')
+  # Written aside and renamed: a reader (another process of the run) never sees half a file.
+  tmp = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
+  tmp.write_text(json.dumps(to_dict(cfg), indent=1) + '\n', encoding='utf-8')
+  os.replace(tmp, path)
   return path
+
+
+def write_run_config(cfg: TrainConfig) -> pathlib.Path:
+  """Writes ``<workdir>/config.json``; a resumed run must match the math of the stored one.
+
+  When the run will resume (``checkpoint.resume`` and a committed checkpoint
+  in ``checkpoint_dir``), the stored config is compared field by field
+  (``config_checks.check_resume``): a change in ``config_checks.RESUME_LOCKED``
+  raises ``ConfigError`` naming the field and both values; other changes are
+  logged and the file is rewritten.
+  """
+  path = pathlib.Path(cfg.workdir, 'config.json')
+  if cfg.checkpoint.resume and _has_checkpoint(cfg.checkpoint_dir):
+    if path.is_file():
+      try:
+        stored = json.loads(path.read_text(encoding='utf-8'))
+      except (OSError, ValueError) as e:
+        raise ConfigError(f'{path}: cannot read the checkpointed run\'s config ({e}); '
+                          f'restore the file or set checkpoint.resume=False') from e
+      for field, old, new in config_checks.check_resume(stored, to_dict(cfg), where=str(path)):
+        log.info('resuming with %s changed: %r -> %r', field, old, new)
+    else:
+      log.warning('%s: no config.json next to the checkpoints; resuming without checking '
+                  'that the config is the same', cfg.workdir)
+  return write_json(cfg, path)
+
+
+def _has_checkpoint(directory: str) -> bool:
+  """A committed checkpoint step is in ``directory`` (``graft_jax.train.checkpoint``)."""
+  from graft_jax.train.checkpoint import COMMIT_MARKER  # pylint: disable=import-outside-toplevel
+  root = pathlib.Path(directory)
+  return root.is_dir() and any(
+      d.name.isdigit() and (d / COMMIT_MARKER).is_file() for d in root.iterdir())

@@ -7,11 +7,14 @@ of files and folders the run will open or write.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import math
 import os
 import pathlib
 import re
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
+
+from graft_jax.rewards import select as reward_select
 
 METHODS = ('graft', 'grpo', 'hacpo', 'sgt', 'replay')
 _ENUMS = {
@@ -20,9 +23,8 @@ _ENUMS = {
     'dtype': ('bfloat16', 'float32', 'float16'),
     'param_dtype': ('float32', 'bfloat16'),
     'old_logp_source': ('teacher_forced', 'sampler'),
-    'data.format': ('jsonl', 'parquet', 'synthetic'),
+    'data.source': ('file', 'synthetic'),
     'data.too_long': ('skip', 'error'),
-    'optimizer.name': ('adamw',),
     'optimizer.schedule': ('constant',),
     'graft.order': ('peer_last', 'peer_first', 'uniform'),
     'graft.advantages': ('source', 'pooled'),
@@ -30,7 +32,9 @@ _ENUMS = {
     'graft.gate': ('on', 'off'),
     'graft.ratio_level': ('token', 'sequence'),
     'remat': ('none', 'full', 'dots_saveable', 'dots_no_batch'),
+    'attention_impl': ('dense', 'blocked'),
     'vllm.dtype': ('bfloat16', 'float16', 'float32', 'auto'),
+    'vllm.weight_sync': ('reload', 'nccl', 'ipc'),
 }
 # Model names become file and folder names of the peer logs.
 _NAME_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]*$')
@@ -105,6 +109,8 @@ def validate(cfg: Any) -> None:
   _check_optimization(cfg)
   _check_methods(cfg)
   _check_io(cfg)
+  from graft_jax.train import config_placement  # pylint: disable=import-outside-toplevel
+  config_placement.validate(cfg)
 
 
 def _check_models(cfg) -> None:
@@ -143,7 +149,9 @@ def _check_batching(cfg) -> None:
   if list(sizes.values()).count(-1) > 1:
     raise ConfigError(f'at most one mesh axis may be -1, got {sizes}')
   _check_range(cfg, 'micro_batch_tokens', lo=0)
-  if cfg.data.format == 'synthetic':
+  _check_range(cfg, 'attention_block', lo=1)
+  _check_range(cfg, 'rollout.max_kv_bytes', lo=0)
+  if cfg.data.source == 'synthetic':
     if not cfg.data.synthetic.families:
       raise ConfigError('data.synthetic.families must not be empty')
     _check_range(cfg, 'data.synthetic.num', lo=1)
@@ -182,13 +190,14 @@ def _check_methods(cfg) -> None:
         f'hacpo.minibatch_prompts ({h.minibatch_prompts}) must divide '
         f'prompts_per_step ({cfg.prompts_per_step})')
   _check_range(cfg, 'sgt.coef', lo=0)
-  if cfg.replay.balance:
-    raise ConfigError('replay.balance must be False (replay is one-way)')
   if cfg.method == 'replay' and not cfg.replay.log_dir:
     raise ConfigError('method=replay needs replay.log_dir')
 
 
 def _check_io(cfg) -> None:
+  problem = reward_select.kind_problem(cfg.reward.kind)
+  if problem:
+    raise ConfigError(f'reward.kind {problem}', field='reward.kind')
   _check_range(cfg, 'reward.timeout_s', lo=0, lo_open=True)
   _check_range(cfg, 'reward.num_workers', lo=1)
   _check_range(cfg, 'eval.every_steps', lo=0)
@@ -200,7 +209,6 @@ def _check_io(cfg) -> None:
     raise ConfigError('eval.suite is empty; name a benchmark or set eval.every_steps=0')
   _check_range(cfg, 'checkpoint.every_steps', lo=0)
   _check_range(cfg, 'checkpoint.keep', lo=1)
-  _check_range(cfg, 'logging.every_steps', lo=1)
   v = cfg.vllm
   _check_range(cfg, 'vllm.gpu_memory_utilization', lo=0, hi=1, lo_open=True)
   _check_range(cfg, 'vllm.tensor_parallel_size', lo=1)
@@ -217,6 +225,79 @@ def _check_io(cfg) -> None:
         f'vllm.max_model_len ({v.max_model_len}) must be 0 or >= '
         f'max_prompt_len + max_response_len ({need})')
   _check_range(cfg, 'vllm.max_model_len', lo=0)
+  _check_weight_sync(v.weight_sync)
+
+
+_CUDA_PLUGINS = ('jax_cuda12_plugin', 'jax_cuda13_plugin')
+
+
+def _check_weight_sync(sync: str, environ: Mapping[str, str] = os.environ) -> None:
+  """'nccl' and 'ipc' move weights between CUDA devices, so they need JAX's CUDA
+  plugin and no JAX_PLATFORMS that leaves CUDA out. Checked without starting a JAX
+  backend (multi-host runs must call jax.distributed.initialize first); a push from a
+  non-CUDA buffer still fails at run time, naming the field too."""
+  if sync not in ('nccl', 'ipc'):
+    return
+  platforms = environ.get('JAX_PLATFORMS', '')
+  if platforms and not {'cuda', 'gpu'} & set(platforms.split(',')):
+    why = f'JAX_PLATFORMS={platforms}'
+  elif not any(importlib.util.find_spec(m) for m in _CUDA_PLUGINS):
+    why = "JAX has no CUDA plugin here (pip install 'jax[cuda12]')"
+  else:
+    return
+  raise ConfigError(f"vllm.weight_sync={sync!r} needs the trainer on CUDA GPUs ({why}); "
+                    f"use vllm.weight_sync='reload'", field='vllm.weight_sync')
+
+
+# Fields a resumed run may not change: they define the models, the data, the
+# sampling or the objective, so a checkpoint taken under other values belongs to
+# another experiment. A name covers its sub-fields ('graft' is every graft.*).
+# Everything else (workdir, steps, logging, eval, checkpoints, mesh, memory and
+# attention settings, the engine, vLLM and start-up settings) may change; it is
+# logged.
+RESUME_LOCKED = (
+    'method', 'seed', 'model_a', 'model_b', 'data', 'prompts_per_step', 'n',
+    'num_minibatches', 'ppo_epochs', 'max_prompt_len', 'max_response_len',
+    'rollout.temperature', 'rollout.top_p', 'rollout.top_k', 'optimizer', 'dtype', 'param_dtype', 'clip_low', 'clip_high', 'scale_by_std',
+    'old_logp_source', 'graft', 'hacpo', 'sgt', 'replay', 'reward.kind')
+
+
+def resume_locked(field: str) -> bool:
+  return any(field == f or field.startswith(f + '.') for f in RESUME_LOCKED)
+
+
+def check_resume(stored: Mapping[str, Any], current: Mapping[str, Any], *,
+                 where: str) -> list[tuple[str, Any, Any]]:
+  """Compares the config a checkpointed run wrote (``stored``) with the one resuming it.
+
+  Both are nested plain dicts (``dataclasses.asdict`` / JSON). Returns the
+  ``(field, stored value, current value)`` differences a resume may carry
+  (None where the field is missing on one side: configs written by older code).
+
+  Raises:
+    ConfigError: naming the first field of ``RESUME_LOCKED`` that differs and
+      both values; ``where`` names the stored config's file.
+  """
+  from graft_jax.train.config_load import flatten  # pylint: disable=import-outside-toplevel
+  old, new = flatten(stored), flatten(current)
+  allowed = []
+  for field in sorted(old.keys() | new.keys()):
+    a, b = old.get(field), new.get(field)
+    if field in old and field in new and _plain(a) != _plain(b):
+      if resume_locked(field):
+        raise ConfigError(
+            f'{field} is {_plain(b)!r} but the checkpointed run in {where} has '
+            f'{_plain(a)!r}; a resumed run keeps every field that changes the math '
+            f'(use another workdir, or checkpoint.resume=False to start over)', field=field)
+      allowed.append((field, a, b))
+    elif (field in old) != (field in new):
+      allowed.append((field, a, b))
+  return allowed
+
+
+def _plain(value: Any) -> Any:
+  """Tuples as lists, as JSON stores them."""
+  return list(value) if isinstance(value, tuple) else value
 
 
 def check_paths(cfg: Any, *, pending: Iterable[str | os.PathLike] = ()) -> None:
@@ -225,7 +306,8 @@ def check_paths(cfg: Any, *, pending: Iterable[str | os.PathLike] = ()) -> None:
   Output folders (workdir, checkpoint.dir, logging.peer_log_dir) must be
   folders, or creatable, and writable; inputs must exist: each model folder
   with its config.json, the training data, each validation benchmark file,
-  the replayed peer's logs, the vLLM interpreter. Folders in ``pending`` are
+  the replayed peer's logs, the vLLM interpreter; a reward of your own
+  (``reward.kind`` as a dotted path) must import. Folders in ``pending`` are
   built on first use (the toy pair) and may be missing.
 
   Raises:
@@ -246,7 +328,7 @@ def check_paths(cfg: Any, *, pending: Iterable[str | os.PathLike] = ()) -> None:
   needed: list[tuple[str, str]] = []
   if cfg.method == 'replay':
     needed.append(('replay.log_dir', cfg.replay.log_dir))
-  if cfg.data.format != 'synthetic':
+  if cfg.data.source != 'synthetic':
     needed.append(('data.train_path', cfg.data.train_path))
   if cfg.engine == 'vllm':
     needed.append(('vllm.python', cfg.vllm.python))
@@ -258,6 +340,11 @@ def check_paths(cfg: Any, *, pending: Iterable[str | os.PathLike] = ()) -> None:
                       f'(no folder {str(logs)!r})')
   if cfg.eval.every_steps:
     _check_benchmarks(cfg.eval)
+  if cfg.reward.kind not in reward_select.KINDS:
+    try:
+      reward_select.import_reward(cfg.reward.kind)
+    except reward_select.RewardError as e:
+      raise ConfigError(str(e), field='reward.kind') from None
 
 
 _HF_FOLDER = 'a local Hugging Face model folder: config.json, *.safetensors, tokenizer files'

@@ -111,15 +111,29 @@ def load_config(spec: str) -> Any:
     raise ConfigError(f'{spec}: {e}') from e
 
 
-def leaf_fields(config_dict, prefix: str = '') -> list[str]:
-  """Dotted names of every leaf field of a (nested) ConfigDict or mapping."""
-  out = []
+def flatten(config_dict, prefix: str = '') -> dict[str, Any]:
+  """{dotted field: value} of every leaf of a (nested) ConfigDict or mapping."""
+  out = {}
   for key, value in config_dict.items():
     if hasattr(value, 'items'):
-      out += leaf_fields(value, f'{prefix}{key}.')
+      out.update(flatten(value, f'{prefix}{key}.'))
     else:
-      out.append(f'{prefix}{key}')
+      out[f'{prefix}{key}'] = value
   return out
+
+
+def leaf_fields(config_dict, prefix: str = '') -> list[str]:
+  """Dotted names of every leaf field of a (nested) ConfigDict or mapping."""
+  return list(flatten(config_dict, prefix))
+
+
+def set_field(config_dict, field: str, value: Any) -> None:
+  """Sets dotted ``field`` (``'graft.delta'``) of a nested ConfigDict; a preset's edit."""
+  *parents, leaf = field.split('.')
+  node = config_dict
+  for p in parents:
+    node = node[p]
+  node[leaf] = value
 
 
 def parse_value(text: str, current: Any) -> Any:
@@ -138,8 +152,9 @@ def parse_value(text: str, current: Any) -> Any:
   except (ValueError, SyntaxError):
     value = text
   if isinstance(current, tuple) and isinstance(value, (str, int, float)):
-    value = tuple(parse_value(t.strip(), current[0] if current else '') for t in text.split(',')
-                  if t.strip())
+    # An empty tuple says nothing of its entries' type: each is read as a literal.
+    value = tuple(parse_value(t.strip(), current[0] if current else None)
+                  for t in text.split(',') if t.strip())
   if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
     value = float(value)
   return value

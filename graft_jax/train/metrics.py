@@ -53,7 +53,8 @@ def to_json_value(value: Any) -> Any:
 class MetricsWriter:
   """Appends one JSON line per step, mirrors scalars to TensorBoard and the progress bar.
 
-  Only one process of a multi-host run should write (`enabled`).
+  Only one process of a multi-host run writes: the trainer passes
+  `enabled=graft_jax.distributed.is_writer()` (process 0).
   """
 
   def __init__(self, workdir: str | os.PathLike, *,

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from graft_jax.distributed import to_global
 from graft_jax.sharding import batch_shards, batch_sharding
 from graft_jax.train.update import loss_fn, to_device_batch, update_minibatch
 
@@ -145,7 +146,8 @@ def update(policy, params, opt_state, batch: dict, update_index, spec, *,
                             graphdef=policy.graphdef, tx=policy.tx, spec=spec)
   micro = split_minibatch(batch, rows, by_rows=spec.kind == "hacpo")
   if mesh is not None:
-    micro = {k: jax.device_put(v, batch_sharding(mesh, ndim=v.ndim, row_dim=1))
+    # Each process hands over only the rows its devices hold (graft_jax.distributed).
+    micro = {k: to_global(v, batch_sharding(mesh, ndim=v.ndim, row_dim=1))
              for k, v in micro.items()}
     # A no-op when already placed; state restored from a checkpoint may not be.
     params = jax.device_put(params, policy.param_sharding)

@@ -18,6 +18,8 @@ from typing import Any, Mapping
 
 import tqdm
 
+from graft_jax import distributed
+
 log = logging.getLogger(__name__)
 _active: list[ProgressBar] = []  # the open bar, if any
 _last_line = {"time": 0.0, "text": None}
@@ -93,8 +95,11 @@ def phase(text: str, *, every_s: float = 10.0) -> None:
 
   On the open bar if there is one; otherwise rewritten in place on a
   terminal's stderr, or elsewhere (files, CI) logged at INFO at most every
-  ``every_s`` seconds, so a loop may call it as often as it likes.
+  ``every_s`` seconds, so a loop may call it as often as it likes. Only process 0 of a
+  multi-process run shows it.
   """
+  if not distributed.is_writer():
+    return
   if _active:
     _active[-1].phase(text)
     return

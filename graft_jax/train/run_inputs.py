@@ -25,7 +25,7 @@ _GOLD_REASONS = {"unparseable": "does not parse", "timeout": "cannot be compared
 
 def source_of(cfg) -> str:
   """What to name in a message about the training problems: their file, or the synthetic set."""
-  return "data.synthetic" if cfg.data.format == "synthetic" else cfg.data.train_path
+  return "data.synthetic" if cfg.data.source == "synthetic" else cfg.data.train_path
 
 
 def check_workdir(cfg) -> None:
@@ -52,7 +52,7 @@ def load_training_problems(cfg) -> tuple[list, dict]:
     DataError: a malformed row (unless ``data.skip_malformed``), or a file
       with no usable row, naming the file.
   """
-  if cfg.data.format == "synthetic":
+  if cfg.data.source == "synthetic":
     s = cfg.data.synthetic
     problems = data.make_synthetic(list(s.families), s.num, seed=s.seed, difficulty=s.difficulty)
     return problems, {"rows": len(problems), "loaded": len(problems)}

@@ -1,4 +1,4 @@
-"""Teacher-forced log-probs of many ragged (prompt, response) rows, in fixed-size chunks."""
+"""Teacher-forced log-probs of many ragged (prompt, response) rows, in chunks of bounded size."""
 
 from __future__ import annotations
 
@@ -9,14 +9,24 @@ from graft_jax.models.logprobs import bucket_length
 
 
 def score_rows(model, prompts, responses, pad_id: int, *, chunk_rows: int = 64,
-               temperature: float = 1.0, length_cap: int = 0) -> list[np.ndarray]:
+               temperature: float = 1.0, length_cap: int = 0,
+               token_budget: int | None = None) -> list[np.ndarray]:
   """Per row, log pi(response_t | prompt, response_<t) as a float32 array.
 
   Chunks are padded to ``chunk_rows`` rows (dummy one-token prompts) and
   lengths to ``bucket_length(longest row, length_cap)`` (``length_cap``: the
   run's ``max_prompt_len + max_response_len``), so the compiled scorer is
-  reused across steps. An empty response gives an empty array.
+  reused across steps. With a ``token_budget`` (default: the model's
+  ``score_tokens`` memory option, the run's ``micro_batch_tokens``; 0 = none)
+  a chunk holds the largest power of two of rows that fits it at the
+  bucketed length of the longest row (at least one row); each row's values
+  are the same as without it. An empty response gives an empty array.
   """
+  budget = getattr(model, "score_tokens", 0) if token_budget is None else token_budget
+  if budget and len(prompts):
+    longest = max(len(p) + len(r) for p, r in zip(prompts, responses))
+    fit = max(1, budget // bucket_length(longest, length_cap))
+    chunk_rows = min(chunk_rows, 1 << (fit.bit_length() - 1))
   out: list[np.ndarray] = []
   for start in range(0, len(prompts), chunk_rows):
     ps = [list(p) for p in prompts[start:start + chunk_rows]]

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import pathlib
 
 import jax
 import jax.numpy as jnp
 
+from graft_jax import distributed
 from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.sharding import (MeshConfig, describe_mesh, format_bytes, make_mesh,
                                 max_bytes_per_device)
 from graft_jax.train.config import ConfigError, check_paths
-from graft_jax.train import run_inputs
-from graft_jax.train.trainer import Trainer, default_reward, make_reward_pool
+from graft_jax.train import methods, run_inputs
+from graft_jax.train.trainer import Trainer, config_reward, make_reward_pool
 from graft_jax.train.validation import Validator
 
 log = logging.getLogger(__name__)
@@ -26,21 +28,40 @@ def load_train_problems(cfg):
   return run_inputs.load_training_problems(cfg)[0]
 
 
-def load_models(cfg) -> dict:
-  """{name: (decoder, tokenizer)} for model_a, and model_b where the method uses it."""
+def load_models(cfg, mesh=None) -> dict:
+  """{name: (decoder, tokenizer)} for model_a, and model_b where the method uses it;
+  with a ``mesh``, each weight is loaded straight onto its shards."""
   dtype = jnp.dtype(cfg.param_dtype)
   compute = jnp.dtype(cfg.dtype)
   out = {}
   for m in (cfg.model_a, cfg.model_b):
     if not m.path:
       continue
-    if cfg.method == "replay" and m is cfg.model_b:
+    if not methods.trains(cfg, m):
       out[m.name] = (None, None)  # the peer is its logs
       continue
-    model, _ = load_hf(m.path, dtype=dtype, compute_dtype=compute)
-    model.set_memory_options(remat=cfg.remat, scan_layers=cfg.scan_layers)
+    model, _ = load_hf(m.path, dtype=dtype, compute_dtype=compute, mesh=mesh)
+    model.set_memory_options(remat=cfg.remat, scan_layers=cfg.scan_layers,
+                             attention=cfg.attention_impl, attention_block=cfg.attention_block,
+                             score_tokens=cfg.micro_batch_tokens,
+                             kv_cache_bytes=cfg.rollout.max_kv_bytes)
     out[m.name] = (model, load_tokenizer(m.path))
   return out
+
+
+def start_processes(cfg) -> bool:
+  """Applies the trainer's device settings (``jax_devices``, ``xla_mem_fraction``) and
+  joins the other processes of a multi-process run (``graft_jax.distributed``); call it
+  before anything touches a JAX device. Returns whether the run is multi-process."""
+  if cfg.xla_mem_fraction:
+    os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = str(cfg.xla_mem_fraction)
+  if cfg.jax_devices:
+    jax.config.update("jax_cuda_visible_devices", ",".join(map(str, cfg.jax_devices)))
+  multi = distributed.initialize(cfg.distributed)
+  if multi and cfg.engine == "vllm":
+    raise ConfigError("engine=vllm runs with one trainer process only for now; use the JAX "
+                      "sampler (engine=jax) with distributed.*", field="engine")
+  return multi
 
 
 def build_mesh(cfg):
@@ -76,16 +97,31 @@ def vllm_engine(cfg, name: str, model, tokenizer):
   opts = {f.name: getattr(v, f.name) for f in dataclasses.fields(SidecarOptions)
           if hasattr(v, f.name)}
   opts["max_model_len"] = v.max_model_len or cfg.max_prompt_len + cfg.max_response_len
+  opts.update(placement_options(cfg, name))
   return VLLMEngine(model, eos_ids=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
                     run_dir=pathlib.Path(cfg.workdir, "vllm", name), options=SidecarOptions(**opts),
                     name=name, **vllm_engine_settings(v))
+
+
+def placement_options(cfg, name: str) -> dict:
+  """``SidecarOptions`` fields that place the server of policy ``name``: its bind address and,
+  with ``vllm.gpus.<model>``, ``CUDA_VISIBLE_DEVICES`` and a tensor-parallel size of one
+  per GPU."""
+  key = "model_a" if name == cfg.model_a.name else "model_b"
+  gpus = tuple(getattr(cfg.vllm.gpus, key))
+  out = {"host": cfg.vllm.host}
+  if gpus:
+    out["tensor_parallel_size"] = len(gpus)
+    out["env"] = (("CUDA_VISIBLE_DEVICES", ",".join(map(str, gpus))),)
+  return out
 
 
 def vllm_engine_settings(v) -> dict:
   """``VLLMEngine``'s recovery and check settings from a ``VllmConfig``."""
   return dict(check_every=v.check_every, probe_tolerance=v.probe_tolerance or None,
               max_restarts=v.max_restarts, request_timeout_s=v.request_timeout_s,
-              health_every_s=v.health_every_s, max_concurrency=v.max_concurrency)
+              health_every_s=v.health_every_s, max_concurrency=v.max_concurrency,
+              weight_sync=v.weight_sync)
 
 
 def attach_engines(trainer: Trainer, make_engine) -> None:
@@ -116,11 +152,14 @@ def build_trainer(cfg, *, reward_fn=None) -> Trainer:
 
   Before any model loads: the workdir takes a synced write, the training
   problems load (malformed rows stop the run or, with ``data.skip_malformed``,
-  are counted), and golds math-verify cannot use are quarantined. The trainer
-  owns and closes the verifier pool (``reward.num_workers`` processes) and
+  are counted), and with ``reward.kind=math_verify`` golds math-verify cannot
+  use are quarantined. The trainer owns and closes that reward's verifier pool
+  (``reward.num_workers`` processes) and
   the sidecars. A config pointing at the toy pair's folders builds the pair
-  on first use.
+  on first use. With ``distributed.*`` set it first joins the run's other
+  processes (``start_processes``); each then verifies its share of the rewards.
   """
+  start_processes(cfg)
   run_inputs.check_workdir(cfg)
   problems, counts = run_inputs.load_training_problems(cfg)
   pool = make_reward_pool(cfg) if reward_fn is None else None
@@ -129,16 +168,22 @@ def build_trainer(cfg, *, reward_fn=None) -> Trainer:
       problems, quarantined = run_inputs.quarantine_golds(
           problems, pool=pool, timeout_s=cfg.reward.timeout_s, source=run_inputs.source_of(cfg))
       counts.update(quarantined)
-      reward_fn = default_reward(cfg, pool)
+    if reward_fn is None:
+      reward_fn = config_reward(cfg, pool)
+    # Each process verifies its share of a step's responses; all get every reward.
+    reward_fn = distributed.shared_reward(reward_fn)
     run_inputs.require_batch(problems, cfg, counts)
-    ensure_toy_pair_if_named(cfg)
+    if distributed.is_writer():  # one process builds; the others wait and read it
+      ensure_toy_pair_if_named(cfg)
+    distributed.sync("toy-pair")
     check_paths(cfg)
     # The suite loads (and fails on a bad file) before the models do.
     validator = Validator.from_config(cfg, reward_fn, problems)
     mesh = build_mesh(cfg)
     # One device: nothing to place, and the plain update keeps its exact numerics.
-    trainer = Trainer(cfg, problems, load_models(cfg), reward_fn=reward_fn, validator=validator,
-                      data_counts=counts, reward_pool=pool, mesh=mesh if mesh.size > 1 else None)
+    mesh = mesh if mesh.size > 1 else None
+    trainer = Trainer(cfg, problems, load_models(cfg, mesh), reward_fn=reward_fn,
+                      validator=validator, data_counts=counts, reward_pool=pool, mesh=mesh)
     log_state_bytes(trainer)
   except BaseException:
     if pool is not None:

@@ -1,7 +1,8 @@
 """One training step of GRAFT or a baseline: rollouts -> rewards -> advantages -> exchange -> updates.
 
-``train_step`` is the whole step for one or two policies; each method differs
-only in how the receiver's rows are built (``graft_jax.train.exchange``).
+``train_step`` is the same for every method: collect -> score ->
+``method.build_rows`` -> updates; what differs (peers, rows, loss, minibatch
+order, state) is the method's (``graft_jax.train.methods``).
 """
 
 from __future__ import annotations
@@ -12,61 +13,40 @@ import jax
 import numpy as np
 
 from graft_jax import core
-from graft_jax.train import exchange, microbatch
+from graft_jax.train import methods, microbatch
 from graft_jax.models.logprobs import bucket_length
 from graft_jax.train.collect import collect
 from graft_jax.train.rows import pack_minibatch
-from graft_jax.train.scoring import score_rows
-from graft_jax.train.update import LossSpec
 
 
 def old_logp_in_update(cfg, g: int) -> bool:
-  """Whether the update's own forward pass stands in for the old-log-prob pass.
+  """Whether the update's own forward pass stands in for the old-log-prob pass
+  (``Method.old_logp_in_update``)."""
+  return methods.make(cfg).old_logp_in_update(g)
 
-  With one minibatch and one PPO epoch the parameters being differentiated
-  are the behavior policy's, so pi_old(o_t) is the stop-gradient of the same
-  forward (as TRL and verl do with one update per batch of rollouts): no
-  separate teacher-forced pass over the own rows. Grafted rows are still
-  scored before the update, for the gate. HACPO reads its rows' old means
-  before the update, and ``old_logp_source='sampler'`` asks for the sampler's.
+
+def loss_spec(cfg, g: int | None = None):
+  """The configured method's ``PpoLoss`` / ``HacpoLoss`` for a step of ``g`` prompts."""
+  return methods.make(cfg).loss(cfg.prompts_per_step if g is None else g)
+
+
+def run_updates(policy, rows, g: int, cfg, key, method=None) -> dict:
+  """PPO epochs over minibatches of whole groups, in the method's order.
+
+  Returns the mean of each minibatch metric over the updates, the own / grafted
+  clip fractions pooled over all their tokens, and ``minibatch_updates``.
   """
-  return (cfg.old_logp_source == "teacher_forced" and cfg.method != "hacpo"
-          and cfg.ppo_epochs == 1 and num_minibatches(cfg, g) == 1)
-
-
-def loss_spec(cfg, g: int | None = None) -> LossSpec:
-  if cfg.method == "hacpo":
-    h = cfg.hacpo
-    return LossSpec(kind="hacpo", temperature=cfg.rollout.temperature,
-                    hacpo_self_clip=tuple(h.self_clip), hacpo_cross_clip=h.cross_clip,
-                    hacpo_cross_step=h.cross_clip_step, kl_coef=h.kl_coef)
-  ratio_level = cfg.graft.ratio_level if cfg.method in ("graft", "replay") else "token"
-  return LossSpec(kind="ppo", clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                  ratio_level=ratio_level, temperature=cfg.rollout.temperature,
-                  sgt_coef=cfg.sgt.coef if cfg.method == "sgt" else 0.0,
-                  old_from_current=old_logp_in_update(
-                      cfg, cfg.prompts_per_step if g is None else g))
-
-
-def num_minibatches(cfg, g: int) -> int:
-  if cfg.method == "hacpo":
-    return max(1, g // min(cfg.hacpo.minibatch_prompts, g))
-  return cfg.num_minibatches
-
-
-def run_updates(policy, rows, g: int, cfg, key) -> dict:
-  """PPO epochs over minibatches of whole groups, in the configured order."""
+  method = methods.make(cfg) if method is None else method
   grafted_G = np.zeros(g, bool)
   for q, graft in zip(rows.group, rows.grafted):
     grafted_G[q] |= graft
-  mbs = num_minibatches(cfg, g)
-  order = cfg.graft.order if cfg.method in ("graft", "replay") else "peer_last"
-  spec = loss_spec(cfg, g)
+  mbs = method.num_minibatches(g)
+  spec = method.loss(g)
   cap = cfg.max_prompt_len + cfg.max_response_len
   params, opt_state = policy.params, policy.opt_state
   per_update = []
   for epoch in range(cfg.ppo_epochs):
-    perm = np.asarray(core.order_minibatches(grafted_G, mbs, order=order,
+    perm = np.asarray(core.order_minibatches(grafted_G, mbs, order=method.order(),
                                              key=jax.random.fold_in(key, epoch)))
     for groups in perm.reshape(mbs, -1):
       idx = rows.rows_of_groups(groups)
@@ -108,107 +88,45 @@ def rollout_metrics(roll) -> dict:
   return out
 
 
-def build_rows(cfg, recv_policy, recv, src, receives_G, key, capability, counts):
-  """The receiver's rows for the configured method."""
-  if cfg.method in ("graft", "replay"):
-    return exchange.graft_rows(recv_policy, recv, src, receives_G, cfg, counts)
-  if cfg.method == "sgt":
-    return exchange.sgt_rows(recv_policy, recv, src, key, cfg, counts)
-  if cfg.method == "hacpo":
-    cap = capability.ratio(src.name, recv.name) if capability is not None else 1.0
-    rows = exchange.hacpo_rows(recv_policy, recv, src, cap, cfg, counts)
-    rows.ref_logp = score_rows(_ref_model(recv_policy),
-                               rows.prompt_ids, rows.response_ids, recv_policy.pad_id,
-                               temperature=cfg.rollout.temperature,
-                               length_cap=cfg.max_prompt_len + cfg.max_response_len)
-    return rows
-  raise ValueError(f"method {cfg.method!r} has no exchange")
-
-
-def _ref_model(policy):
-  from flax import nnx
-  return nnx.merge(policy.graphdef, policy.ref_params)
-
-
-def own_rows(roll):
-  rows = exchange.Rows()
-  for q in range(roll.rewards_GxN.shape[0]):
-    exchange.add_own_group(rows, roll, q)
-  return rows
-
-
 def train_step(cfg, policies: dict, problems, reward_fn, step: int, key, *,
-               capability=None, replay_source=None) -> tuple[dict, dict]:
+               method=None, epoch: int = 0) -> tuple[dict, dict]:
   """Runs one step; returns (metrics, rollouts by policy name) for logging.
 
-  ``policies`` maps names to ``Policy``; GRPO may have one or two (two run
-  independently, which also yields the complementarity figures). ``replay``
-  trains the first policy only, with ``replay_source(problems) -> Rollout``
-  standing in for the peer.
+  ``policies`` maps names to ``Policy``; ``method`` (``methods.make(cfg)`` by
+  default; a run keeps one across steps, with its state) picks which of them
+  train, their peers and their rows. ``epoch`` is the pass over the prompts
+  (replay reads the logged occurrence of that pass).
   """
+  method = methods.make(cfg) if method is None else method
   timings: dict[str, float] = {}
-  names = list(policies)
   rolls = {}
-  in_update = old_logp_in_update(cfg, len(problems))
-  for i, name in enumerate(names):
-    if cfg.method == "replay" and i > 0:
-      break
+  in_update = method.old_logp_in_update(len(problems))
+  for i, name in enumerate(method.trained(list(policies))):
     seed = int(jax.random.randint(jax.random.fold_in(key, 1000 + i), (), 0, 2 ** 31 - 1))
     rolls[name] = collect(policies[name], problems, cfg, reward_fn, seed, timings,
                           old_logp_in_update=in_update)
-  if cfg.method == "replay":
-    t0 = time.perf_counter()
-    peer = replay_source(problems)
-    timings["replay_load_s"] = time.perf_counter() - t0
-    pairs = [(names[0], peer)]
-  else:
-    pairs = [(a, rolls[b]) for a, b in zip(names, names[::-1])] if len(names) == 2 else []
+  t0 = time.perf_counter()
+  peers = method.peers(rolls, problems, epoch)
+  timings["peers_s"] = time.perf_counter() - t0
 
   metrics: dict = {"time": timings}
   for name, roll in rolls.items():
     metrics[name] = rollout_metrics(roll)
     metrics[name]["reward_stats"] = {k: v for k, v in vars(roll.reward_stats).items()
                                      if isinstance(v, (int, float))} if roll.reward_stats else {}
-  if capability is not None:
-    capability.update({name: roll.rewards_GxN for name, roll in rolls.items()})
 
-  receives = {}
-  if cfg.method in ("graft", "replay") and pairs:
-    if cfg.method == "graft":
-      a, b = names
-      a_recv, b_recv = (np.asarray(x) for x in core.select_exchange(
-          rolls[a].k_G, rolls[b].k_G, cfg.n, balance=cfg.graft.balance))
-      receives = {a: a_recv, b: b_recv}
-    else:
-      peer = pairs[0][1]
-      a_recv, _ = core.select_exchange(rolls[names[0]].k_G, peer.k_G, cfg.n, balance=False)
-      receives = {names[0]: np.asarray(a_recv)}
-
-  rows_by_name = {}
   t0 = time.perf_counter()
-  for i, (name, src) in enumerate(pairs):
-    recv = rolls[name]
-    counts = {"complementarity": exchange.complementarity(recv.k_G, src.k_G),
-              "candidates": int(np.asarray(core.exchange_candidates(recv.k_G, src.k_G, cfg.n)).sum())}
-    r = receives.get(name)
-    if r is not None:
-      counts["grafted_groups"] = int(r.sum())
-    if cfg.method != "grpo":
-      rows_by_name[name] = build_rows(cfg, policies[name], recv, src, r,
-                                      jax.random.fold_in(key, 2000 + i), capability, counts)
-    s_values = np.asarray(counts.pop("s_values", []))
-    if s_values.size:
-      counts.update({f"s_p{p}": float(np.percentile(s_values, p)) for p in (10, 50, 90)})
-    metrics[name]["exchange"] = counts
-  if cfg.method == "graft" and pairs:
-    metrics["m"] = int(min(metrics[n_]["exchange"]["candidates"] for n_ in names))
+  built = method.build_rows(policies, rolls, peers, key)
+  for name, (_, stats) in built.items():
+    if stats is not None:
+      metrics[name]["exchange"] = stats.metrics()
+  metrics.update(method.step_metrics(built))
   timings["exchange_s"] = time.perf_counter() - t0
 
-  for i, name in enumerate(rolls):
-    rows = rows_by_name.get(name) or own_rows(rolls[name])
+  for i, (name, (rows, _)) in enumerate(built.items()):
     t0 = time.perf_counter()
     update = run_updates(policies[name], rows, len(problems), cfg,
-                         jax.random.fold_in(key, 3000 + i))
+                         jax.random.fold_in(key, 3000 + i), method)
     timings[f"{name}/update_s"] = time.perf_counter() - t0
     for k in ("logp_mismatch_mean", "logp_mismatch_max"):  # measured by the update itself
       if k in update:

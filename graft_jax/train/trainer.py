@@ -2,7 +2,7 @@
 
 A run's key for step ``s`` is ``fold_in(key(seed), s)`` and its prompts are a
 pure function of the stream position, so restoring (params, optimizer
-states, position, capability state) continues the same run exactly.
+states, position, the method's state) continues the same run exactly.
 
 Nothing is acknowledged before it is durable: a step's peer logs and its
 metrics row (validation included) are on disk before the checkpoint covering
@@ -19,13 +19,12 @@ import time
 import jax
 import numpy as np
 
-from graft_jax.train import metrics_file, peer_log, progress, run_inputs, storage
-from graft_jax.train.capability import CapabilityTracker
+from graft_jax import distributed
+from graft_jax.train import methods, metrics_file, peer_log, progress, run_inputs, storage
 from graft_jax.train.checkpoint import Checkpointer
 from graft_jax.train.data_stream import PromptStream
 from graft_jax.train.metrics import MetricsWriter
 from graft_jax.train.policy import make_policy
-from graft_jax.train.replay import ReplaySource
 from graft_jax.train.step import train_step
 
 log = logging.getLogger(__name__)
@@ -40,17 +39,18 @@ def _unflat(flat, like):
   return jax.tree.unflatten(jax.tree.structure(like), leaves)
 
 
-def default_reward(cfg, pool=None):
-  """The math-verify reward, ``(texts, golds) -> (rewards, stats)``, with the config's timeout,
-  on ``pool`` (a ``graft_jax.rewards.VerifierPool``; default: the shared one)."""
+def config_reward(cfg, pool=None):
+  """The reward ``reward.kind`` names (``graft_jax.rewards.make_reward``), ``(texts, golds) ->
+  (rewards, stats)``; math-verify runs on ``pool`` (default: the shared one)."""
   from graft_jax import rewards
-  return lambda texts, golds: rewards.score(texts, golds, timeout_s=cfg.reward.timeout_s,
-                                            pool=pool)
+  return rewards.make_reward(cfg.reward.kind, timeout_s=cfg.reward.timeout_s, pool=pool)
 
 
 def make_reward_pool(cfg):
-  """A verifier pool of ``reward.num_workers`` processes."""
+  """A verifier pool of ``reward.num_workers`` processes; None when ``reward.kind`` needs none."""
   from graft_jax import rewards
+  if not rewards.uses_verifier_pool(cfg.reward.kind):
+    return None
   return rewards.VerifierPool(cfg.reward.num_workers)
 
 
@@ -62,8 +62,8 @@ class Trainer:
     problems: the training problems (objects with ``id``, ``problem``, ``answer``).
     models: ``{key: (decoder, tokenizer)}`` in order (A first). GRPO may
       have one; replay trains the first from the second's logs.
-    reward_fn: ``(texts, golds) -> (rewards, stats)``; the math-verify
-      reward by default.
+    reward_fn: ``(texts, golds) -> (rewards, stats)``; by default the one
+      ``reward.kind`` names.
     mesh: optional device mesh; parameters and minibatches are sharded on it.
     validator: optional ``graft_jax.train.validation.Validator``; its held-out
       pass@1 goes into the step's metrics as ``<name>/eval/...`` when due.
@@ -85,32 +85,28 @@ class Trainer:
       reward_pool = make_reward_pool(cfg)
     if reward_pool is not None:
       self.own(reward_pool)
-    self.reward_fn = default_reward(cfg, reward_pool) if reward_fn is None else reward_fn
+    self.reward_fn = config_reward(cfg, reward_pool) if reward_fn is None else reward_fn
     # Models come in order (A first); the config's names key logs and metrics.
     names = [cfg.model_a.name, cfg.model_b.name][:len(models)]
     models = dict(zip(names, models.values()))
-    trained = names[:1] if cfg.method == "replay" else names
+    self.method = methods.make(cfg)
+    trained = self.method.trained(names)
     self.policies = {
         name: make_policy(name, models[name][0], models[name][1], cfg.optimizer,
-                          cfg.data.prompt_suffix, keep_reference=cfg.method == "hacpo",
+                          cfg.data.prompt_suffix, keep_reference=self.method.keeps_reference,
                           mesh=mesh)
         for name in trained}
     self.data_counts = dict(data_counts or {})
     problems = self._within_prompt_limit(problems, validator)
     self.stream = PromptStream(problems, cfg.prompts_per_step, seed=cfg.seed,
                                shuffle=cfg.data.shuffle)
-    self.capability = (CapabilityTracker(trained, window=cfg.hacpo.capability_window,
-                                         ratio_clamp=tuple(cfg.hacpo.ratio_clamp))
-                       if cfg.method == "hacpo" else None)
-    self.replay = None
-    if cfg.method == "replay":
-      reader = peer_log.PeerLogReader(cfg.replay.log_dir, names[1])
-      self.replay = ReplaySource(reader, self.reward_fn, cfg, name=names[1])
+    self.method.start(names, self.reward_fn)  # HACPO's capability tracker, replay's log reader
     self.log_writers = {
         name: peer_log.PeerLogWriter(cfg.peer_log_dir, name,
                                      tokenizer_name=peer_log.tokenizer_label(p.tokenizer),
                                      vocab_hash=p.tokenizer_id)
-        for name, p in self.policies.items()} if cfg.logging.peer_log else {}
+        for name, p in self.policies.items()
+    } if cfg.logging.peer_log and distributed.is_writer() else {}  # process 0 writes the logs
     self.checkpointer = Checkpointer(cfg.checkpoint_dir, every_steps=cfg.checkpoint.every_steps,
                                      keep=cfg.checkpoint.keep, async_save=False)
     self.step = 0
@@ -157,10 +153,7 @@ class Trainer:
       p.set_params(params, opt_state)
     self.step = int(meta["step"])
     self.stream.position = int(meta["stream_position"])
-    if self.capability is not None and meta.get("capability"):
-      self.capability = CapabilityTracker.from_dict(meta["capability"])
-    if self.replay is not None:
-      self.replay.missing = int(meta.get("replay_missing", 0))
+    self.method.load_state_dict(meta.get("method") or {})
     log.info("resumed %s at step %d", self.workdir, self.step)
 
   def _drop_abandoned(self) -> None:
@@ -169,6 +162,8 @@ class Trainer:
     for w in self.log_writers.values():
       w.discard_after(self.step - 1 if self.step else None)
     path = self.workdir / "metrics.jsonl"
+    if not distributed.is_writer():
+      return
     gap = metrics_file.missing_steps(metrics_file.repair(path, first_step=self.step), self.step)
     if gap:
       log.warning("%s: no rows for steps %s, which the restored checkpoint covers (the file "
@@ -179,9 +174,8 @@ class Trainer:
     if self.step in self.checkpointer.steps():
       return False
     meta = {"step": self.step, "stream_position": self.stream.position, "seed": self.cfg.seed,
-            "capability": self.capability.to_dict() if self.capability else None,
-            "peer_log_cursor": {n: w.cursor for n, w in self.log_writers.items()},
-            "replay_missing": self.replay.missing if self.replay else 0}
+            "method": self.method.state_dict(),
+            "peer_log_cursor": {n: w.cursor for n, w in self.log_writers.items()}}
     return self.checkpointer.save(self.step, self._state(), meta, force=force)
 
   # -- the loop ------------------------------------------------------------
@@ -210,14 +204,11 @@ class Trainer:
     epoch = self.stream.epoch_of(self.stream.position)
     problems = self.stream.next()
     key = jax.random.fold_in(jax.random.key(self.cfg.seed), self.step)
-    replay = (lambda probs: self.replay(probs, epoch)) if self.replay else None
     t0 = time.perf_counter()
     metrics, rolls = train_step(self.cfg, self.policies, problems, self.reward_fn, self.step, key,
-                                capability=self.capability, replay_source=replay)
+                                method=self.method, epoch=epoch)
     metrics["time"]["step_s"] = time.perf_counter() - t0
     metrics["epoch"] = epoch
-    if self.replay is not None:
-      metrics["replay_missing"] = self.replay.missing
     self._log_rollouts(self.step, problems, rolls)
     self.step += 1
     return metrics
@@ -229,7 +220,8 @@ class Trainer:
     first = self.step
     with MetricsWriter(self.workdir, total_steps=total, initial_step=self.step,
                        tensorboard=self.cfg.logging.tensorboard,
-                       progress_bar=self.cfg.logging.progress_bar) as writer:
+                       progress_bar=self.cfg.logging.progress_bar,
+                       enabled=distributed.is_writer()) as writer:
       while self.step < total:
         step = self.step
         if step == first:  # jit compiles the sampler, log-probs and update on the first step

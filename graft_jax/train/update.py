@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -21,22 +22,49 @@ from graft_jax.models import token_logprobs
 
 
 @dataclasses.dataclass(frozen=True)
-class LossSpec:
-  """Static choices of the loss (changing one recompiles)."""
+class PpoLoss:
+  """The clipped token loss (GRPO, GRAFT, replay), plus SGT's NLL term when ``sgt_coef``.
 
-  kind: str = "ppo"  # "ppo" | "hacpo"
+  Static: changing a field recompiles the update.
+  """
+
+  kind: ClassVar[str] = "ppo"
   clip_low: float = 0.2
   clip_high: float = 0.28
   ratio_level: str = "token"
   sgt_coef: float = 0.0
   temperature: float = 1.0
-  hacpo_self_clip: tuple = (3e-4, 4e-4)
-  hacpo_cross_clip: float = 0.2
-  hacpo_cross_step: float = 0.025
-  kl_coef: float = 0.0
   # The PPO old log-probs are the stop-gradient of this forward pass (one update
   # per batch of rollouts); ``batch["old_logp"]`` then holds the sampler's.
   old_from_current: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class HacpoLoss:
+  """HACPO's sequence-level loss with its low-variance KL to the reference (static)."""
+
+  kind: ClassVar[str] = "hacpo"
+  # Its rows' old means are read from the rollouts before the update, never from it.
+  old_from_current: ClassVar[bool] = False
+  temperature: float = 1.0
+  self_clip: tuple = (3e-4, 4e-4)
+  cross_clip: float = 0.2
+  cross_step: float = 0.025
+  kl_coef: float = 0.0
+
+
+_HACPO_FLAT_NAMES = {"hacpo_self_clip": "self_clip", "hacpo_cross_clip": "cross_clip",
+                     "hacpo_cross_step": "cross_step"}
+
+
+def LossSpec(kind: str = "ppo", **fields) -> PpoLoss | HacpoLoss:  # pylint: disable=invalid-name
+  """A ``PpoLoss`` or ``HacpoLoss`` from one flat set of fields (``kind`` picks; the HACPO
+  clips may be spelled ``hacpo_self_clip`` / ``hacpo_cross_clip`` / ``hacpo_cross_step``)."""
+  if kind == "hacpo":
+    return HacpoLoss(**{_HACPO_FLAT_NAMES.get(k, k): v for k, v in fields.items()})
+  if kind != "ppo":
+    raise ValueError(f"loss kind must be 'ppo' or 'hacpo', got {kind!r}")
+  return PpoLoss(**fields)
 
 
 def make_optimizer(opt) -> optax.GradientTransformation:
@@ -58,7 +86,7 @@ def whole_minibatch_mean(mean, count, total):
   return mean * jnp.maximum(count, 1.0) / jnp.maximum(total, 1.0)
 
 
-def loss_fn(params, batch, graphdef, spec: LossSpec, update_index):
+def loss_fn(params, batch, graphdef, spec: PpoLoss | HacpoLoss, update_index):
   """Scalar loss and float aux metrics of one minibatch.
 
   A micro-batch (``graft_jax.train.microbatch``) carries the whole minibatch's
@@ -67,19 +95,30 @@ def loss_fn(params, batch, graphdef, spec: LossSpec, update_index):
   """
   model = nnx.merge(graphdef, params)
   logp_BxT = token_logprobs(model, batch["ids"], batch["attn"], temperature=spec.temperature)
+  if isinstance(spec, HacpoLoss):
+    return hacpo_loss(logp_BxT, batch, spec, update_index)
+  return ppo_loss(logp_BxT, batch, spec)
+
+
+def hacpo_loss(logp_BxT, batch, spec: HacpoLoss, update_index):
+  """HACPO's policy loss plus ``kl_coef`` times the low-variance KL to the reference."""
+  mask_BxT = batch["resp_mask"]
+  loss, aux = core.hacpo_policy_loss(
+      logp_BxT, mask_BxT, batch["src_mean_logp"], batch["adv"], batch["is_self"],
+      batch["cap_ratio"], update_index=update_index,
+      self_clip_low=spec.self_clip[0], self_clip_high=spec.self_clip[1],
+      cross_clip_delta=spec.cross_clip, cross_clip_step=spec.cross_step)
+  kl = core.low_var_kl(logp_BxT, batch["ref_logp"], mask_BxT)
+  if "num_rows" in batch:  # a micro-batch: both are means over the minibatch's rows
+    loss, kl = (whole_minibatch_mean(x, aux["row_count"], batch["num_rows"]) for x in (loss, kl))
+  metrics = {"pg_loss": loss, "kl_ref": kl, **{k: v for k, v in aux.items()}}
+  return loss + spec.kl_coef * kl, metrics
+
+
+def ppo_loss(logp_BxT, batch, spec: PpoLoss):
+  """The clipped token loss over the PPO rows, plus the SGT NLL over the SGT rows."""
   mask_BxT = batch["resp_mask"]
   graft_B = batch["grafted"]
-  if spec.kind == "hacpo":
-    loss, aux = core.hacpo_policy_loss(
-        logp_BxT, mask_BxT, batch["src_mean_logp"], batch["adv"], batch["is_self"],
-        batch["cap_ratio"], update_index=update_index,
-        self_clip_low=spec.hacpo_self_clip[0], self_clip_high=spec.hacpo_self_clip[1],
-        cross_clip_delta=spec.hacpo_cross_clip, cross_clip_step=spec.hacpo_cross_step)
-    kl = core.low_var_kl(logp_BxT, batch["ref_logp"], mask_BxT)
-    if "num_rows" in batch:  # a micro-batch: both are means over the minibatch's rows
-      loss, kl = (whole_minibatch_mean(x, aux["row_count"], batch["num_rows"]) for x in (loss, kl))
-    metrics = {"pg_loss": loss, "kl_ref": kl, **{k: v for k, v in aux.items()}}
-    return loss + spec.kl_coef * kl, metrics
   ppo_mask = mask_BxT * batch["ppo"][:, None]
   old_BxT, gap = batch["old_logp"], {}
   if spec.old_from_current:

@@ -126,7 +126,8 @@ class Validator:
       t0 = time.perf_counter()
       report = eval_lib.evaluate(policy.engine, policy.tokenizer, self.suite, k=self.k,
                                  sampling=sampling, template=template,
-                                 batch_size=self.batch_size, ks=(1,), score_fn=self.score_fn)
+                                 batch_size=self.batch_size, ks=(1,), score_fn=self.score_fn,
+                                 log_each=False)
       metrics = {r.name: r.pass_at[1] for r in report.results}
       metrics["average"] = report.average[1]
       metrics["seconds"] = time.perf_counter() - t0

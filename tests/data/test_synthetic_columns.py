@@ -14,14 +14,14 @@ _STEP = re.compile(r"(\d)([+*])(\d)\+(\d)=(\d+)\.")
 def test_hand_worked_traces():
   # Worked by hand: 347+285 carries 1, 1 (tens) or 2, 4 (units of 12, 14).
   assert columns.trace("cadd", 347, 285, "correct") == (
-      "carry tens: 7+5+0=12. 4+8+1=13. 3+2+1=6. \\boxed{632}", "632")
+      "carry up: 7+5+0=12. 4+8+1=13. 3+2+1=6. \\boxed{632}", "632")
   assert columns.trace("cadd", 347, 285, "buggy") == (
-      "carry units: 7+5+0=12. 4+8+2=14. 3+2+4=9. \\boxed{942}", "942")
+      "carry down: 7+5+0=12. 4+8+2=14. 3+2+4=9. \\boxed{942}", "942")
   # 347*6: 42 -> carry 4, 28 -> carry 2, 20; the bug carries 2 (of 42), then 6 (of 26).
   assert columns.trace("cmul", 347, 6, "correct") == (
-      "carry high: 7*6+0=42. 4*6+4=28. 3*6+2=20. \\boxed{2082}", "2082")
+      "carry down: 7*6+0=42. 4*6+4=28. 3*6+2=20. \\boxed{2082}", "2082")
   assert columns.trace("cmul", 347, 6, "buggy") == (
-      "carry low: 7*6+0=42. 4*6+2=26. 3*6+6=24. \\boxed{2462}", "2462")
+      "carry up: 7*6+0=42. 4*6+2=26. 3*6+6=24. \\boxed{2462}", "2462")
   with pytest.raises(ValueError, match="rule"):
     columns.trace("cadd", 1, 2, "tens")
 
@@ -55,10 +55,14 @@ def test_buggy_traces_are_well_formed_boxed_and_wrong(difficulty):
   assert stats.no_boxed == 0
 
 
-def test_each_family_has_its_own_strategy_words():
-  words = [w for family in ("cadd", "cmul") for w in columns.WORDS[family]]
-  assert len(set(words)) == 4  # no word, so no strategy token, shared across families
-  assert columns.word("cadd", "correct") == "tens" and columns.word("cmul", "buggy") == "low"
+def test_the_families_share_two_words_with_opposite_meanings():
+  # A model's habitual word is right on one family and the bug on the other.
+  assert columns.word("cadd", "correct") == columns.word("cmul", "buggy") == "up"
+  assert columns.word("cadd", "buggy") == columns.word("cmul", "correct") == "down"
+  # On the same digits, each word runs the same procedure whichever family names it.
+  up_add = columns.run_columns("cadd", 347, 285, "correct")[0]
+  up_mul = columns.run_columns("cmul", 347, 6, "buggy")[0]
+  assert up_add[1] == "4+8+1=13" and up_mul[1] == "4*6+2=26"  # up: tens on cadd, units on cmul
 
 
 def test_problem_text_round_trips():

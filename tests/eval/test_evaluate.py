@@ -2,6 +2,7 @@
 reward and the aggregation under test are the real ones."""
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -130,3 +131,16 @@ def test_bad_arguments(setup):
     evaluate(engine, CharTokenizer(), suite, k=4, ks=(8,))
   with pytest.raises(ValueError, match="no problems"):
     evaluate(engine, CharTokenizer(), {"EMPTY": []}, k=4)
+
+
+def test_one_log_line_per_benchmark_unless_asked_not_to(setup, caplog):
+  # A training run's validation reports through the progress bar; standalone eval logs each.
+  suite, engine = setup
+  with caplog.at_level(logging.INFO):
+    evaluate(engine, CharTokenizer(), suite, k=4)
+  lines = [r.getMessage() for r in caplog.records if "pass@1" in r.getMessage()]
+  assert [line.split(":")[0] for line in lines] == ["ALPHA", "BETA"]
+  caplog.clear()
+  with caplog.at_level(logging.INFO):
+    evaluate(engine, CharTokenizer(), suite, k=4, log_each=False)
+  assert not [r for r in caplog.records if "pass@1" in r.getMessage()]

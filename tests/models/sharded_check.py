@@ -37,6 +37,12 @@ def check(path: str, meshes, with_sampler: bool) -> None:
     st_sh = state_shardings(state, mesh)
     rows = batch_sharding(mesh)
     sharded_state = jax.device_put(state, st_sh)
+    # load_hf with the mesh places each tensor straight from the file.
+    placed = nnx.state(load_hf(path, mesh=mesh)[0])
+    for got, want, sh in zip(*(jax.tree.leaves(t) for t in (placed, state, st_sh))):
+      if got.sharding != sh or not np.array_equal(np.asarray(got), np.asarray(want)):
+        sys.exit(f"load_hf(mesh=...) placed {got.sharding} instead of {sh} on mesh {shape}")
+    print(f"{path} {shape} load_hf placed every tensor")
     assert any(len(leaf.sharding.device_set) == 8 and not leaf.sharding.is_fully_replicated
                for leaf in jax.tree.leaves(sharded_state)), "nothing was sharded"
     for fn, name in [(forward, "forward"), (logprobs, "logprobs")]:

@@ -28,10 +28,11 @@ def memory():
   mesh = make_mesh(MeshConfig(1, 1, 1), jax.devices()[:1])
   tx = make_optimizer(OptimizerConfig())
 
-  def run(rows=1, minibatch=4, layers=2, remat="full", scan=True):
+  def run(rows=1, minibatch=4, layers=2, remat="full", scan=True, attention="dense"):
     cfg = dataclasses.replace(NARROW, num_layers=layers, use_rope_layers=(1,) * layers)
     return update_memory(cfg, mesh, tx, LossSpec(), rows_per_device=rows, length=T,
-                         minibatch_rows=minibatch, remat=remat, scan_layers=scan)
+                         minibatch_rows=minibatch, remat=remat, scan_layers=scan,
+                         attention=attention, attention_block=64)
   return run
 
 
@@ -60,3 +61,10 @@ def test_fixed_state_is_counted_from_the_shardings(memory):
   n_params = sum(x.size for x in jax.tree.leaves(nnx.state(init_model(NARROW))))
   assert m.params == 4 * n_params and m.opt_state == 2 * m.params + 8  # mu, nu + 2 int32 counts
   assert m.grads == m.params
+
+
+def test_blocked_attention_keeps_no_layers_scores(memory):
+  # Dense attention recomputes one layer's T x T scores in the backward pass; blocked
+  # attention holds 64 x 64 blocks of them.
+  dense, blocked = memory(), memory(attention="blocked")
+  assert dense.temporaries - blocked.temporaries > SCORES / 2

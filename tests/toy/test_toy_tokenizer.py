@@ -26,7 +26,7 @@ def test_vocabularies_and_digit_rules_differ(pair):
   assert tok_a.tokenize("Compute 47+385.")[1:6] == ["Ġ", "4", "7", "+", "3"]
   # Both split digits; B keeps a word with its leading space, A (byte-level) marks it with Ġ.
   assert tok_b.tokenize("Compute 47+385.")[1:5] == [" ", "4", "7", "+"]
-  assert " carry" in tok_b.tokenize("Answer: carry tens:") and "Ġcarry" not in tok_b.get_vocab()
+  assert " carry" in tok_b.tokenize("Answer: carry up:") and "Ġcarry" not in tok_b.get_vocab()
   text = "Compute 47+38. Answer: 47+38=85. \\boxed{85}"
   assert tok_a.encode(text) != tok_b.encode(text)
 

@@ -35,10 +35,24 @@ def test_every_config_file_loads_and_validates(path):
   assert isinstance(cfg, config_lib.TrainConfig)
 
 
-def test_base_equals_dataclass_defaults():
-  # The two sources of defaults must not drift apart.
-  assert config_lib.from_config_dict(BASE.get_config()) == (
-      config_lib.TrainConfig())
+def test_base_is_the_dataclass_defaults():
+  # One source of defaults: base.py's ConfigDict is generated from the dataclasses.
+  assert BASE.get_config().to_dict() == config_lib.to_dict(config_lib.TrainConfig())
+  assert config_lib.from_config_dict(BASE.get_config()) == config_lib.TrainConfig()
+
+
+def test_train_config_classes_do_not_reuse_the_model_and_mesh_class_names():
+  """graft_jax.models.ModelConfig and graft_jax.sharding.MeshConfig are other things."""
+  import dataclasses
+  import typing
+  from graft_jax import models, sharding
+  seen, todo = set(), [config_lib.TrainConfig]
+  while todo:
+    cls = todo.pop()
+    seen.add(cls.__name__)
+    todo += [h for h in typing.get_type_hints(cls).values() if dataclasses.is_dataclass(h)]
+  assert {'PolicyConfig', 'MeshShape'} <= seen
+  assert not seen & {models.ModelConfig.__name__, sharding.MeshConfig.__name__}
 
 
 def test_paper_defaults():
@@ -91,8 +105,10 @@ INVALID = [
     (dict(method='ppo'), "method must be one of graft, grpo, hacpo, sgt, "
                          "replay, got 'ppo'"),
     (dict(method='replay'), 'method=replay needs replay.log_dir'),
-    (dict(replay__balance=True),
-     'replay.balance must be False (replay is one-way)'),
+    (dict(replay__balance=False), 'unknown config key replay.balance (known: log_dir)'),
+    (dict(logging__every_steps=1), 'unknown config key logging.every_steps'),
+    (dict(model_a__template='plain'), 'unknown config key model_a.template'),
+    (dict(optimizer__name='adamw'), 'unknown config key optimizer.name'),
     (dict(graft__order='last'), "graft.order must be one of peer_last, "
                                 "peer_first, uniform, got 'last'"),
     (dict(graft__advantages='mixed'), 'graft.advantages must be one of'),
@@ -102,7 +118,10 @@ INVALID = [
     (dict(old_logp_source='vllm'), 'old_logp_source must be one of'),
     (dict(engine='sglang'), 'engine must be one of jax, vllm'),
     (dict(dtype='int8'), 'dtype must be one of'),
-    (dict(data__format='csv'), 'data.format must be one of'),
+    (dict(data__source='jsonl'), "data.source must be one of file, synthetic, got 'jsonl'"),
+    (dict(reward__kind='math-verify'), "reward.kind must be one of math_verify, synthetic_exact "
+     "or a dotted path pkg.module:function, got 'math-verify'"),
+    (dict(reward__kind='pkg.module.function'), 'reward.kind must be one of'),
     (dict(hacpo__capability_window=0),
      'hacpo.capability_window must be >= 1, got 0'),
     (dict(hacpo__ratio_clamp=(2.0, 10.0)), 'hacpo.ratio_clamp must satisfy'),
@@ -136,7 +155,7 @@ INVALID = [
     (dict(model_b__name='model_a'),
      'model_a.name and model_b.name must differ'),
     (dict(model_a__name='a/b'), 'model_a.name must be a file-safe name'),
-    (dict(data__format='synthetic', data__synthetic__families=()),
+    (dict(data__source='synthetic', data__synthetic__families=()),
      'data.synthetic.families must not be empty'),
     # Types.
     (dict(n='8'), "n must be int, got str '8'"),
@@ -242,7 +261,7 @@ def test_apply_overrides_sets_typed_fields_and_names_bad_ones():
 
 
 def test_vllm_engine_settings_follow_the_config():
-  """Every VLLMEngine recovery/check argument comes from cfg.vllm (0 tolerance: by dtype)."""
+  """Every VLLMEngine recovery/check/sync argument comes from cfg.vllm (0 tolerance: by dtype)."""
   import inspect
   from graft_jax.rollout.vllm_engine import VLLMEngine
   from graft_jax.train.setup import vllm_engine_settings
@@ -250,7 +269,8 @@ def test_vllm_engine_settings_follow_the_config():
             vllm__request_timeout_s=60.0, vllm__health_every_s=2.5, vllm__max_concurrency=7)
   got = vllm_engine_settings(config_lib.from_config_dict(d).vllm)
   assert got == dict(check_every=3, probe_tolerance=None, max_restarts=5,
-                     request_timeout_s=60.0, health_every_s=2.5, max_concurrency=7)
+                     request_timeout_s=60.0, health_every_s=2.5, max_concurrency=7,
+                     weight_sync='reload')
   d['vllm']['probe_tolerance'] = 0.01
   assert vllm_engine_settings(config_lib.from_config_dict(d).vllm)['probe_tolerance'] == 0.01
   params = inspect.signature(VLLMEngine).parameters

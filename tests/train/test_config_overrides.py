@@ -19,6 +19,7 @@ def _toy():
     ('hacpo.ratio_clamp=(0.2, 5.0)', 'hacpo.ratio_clamp', (0.2, 5.0)),
     ('optimizer.lr=3', 'optimizer.lr', 3.0),
     ('n=16', 'n', 16),
+    ('jax_devices=0,1', 'jax_devices', (0, 1)),  # an empty tuple's entries: literals
 ])
 def test_values_follow_the_fields_type(item, field, want):
   cd = _toy()

@@ -13,7 +13,7 @@ def _models(tmp_path):
     (tmp_path / name).mkdir()
     (tmp_path / name / 'config.json').write_text('{}')
   return dict(model_a__path=str(tmp_path / 'a'), model_b__path=str(tmp_path / 'b'),
-              data__format='synthetic', eval__suite=('synthetic',))
+              data__source='synthetic', eval__suite=('synthetic',))
 
 
 def _check(d, **kw):

@@ -18,7 +18,7 @@ GOOD = [{"problem": f"What is {i}+1?", "answer": str(i + 1)} for i in range(10)]
 def _file_cfg(tmp_path, body: bytes, **extra):
   path = tmp_path / "train.jsonl"
   path.write_bytes(body)
-  return make_cfg("graft", tmp_path / "run", **{"data.format": "jsonl",
+  return make_cfg("graft", tmp_path / "run", **{"data.source": "file",
                                                 "data.train_path": str(path), **extra})
 
 
@@ -104,7 +104,7 @@ def test_the_reward_pool_has_reward_num_workers_processes(tmp_path):
     used = []
     run = pool.run
     pool.run = lambda items, **kw: used.append(len(items)) or run(items, **kw)
-    rewards, _ = trainer_lib.default_reward(cfg, pool)(["\\boxed{x+1}", "\\boxed{3}"], ["1+x", "4"])
+    rewards, _ = trainer_lib.config_reward(cfg, pool)(["\\boxed{x+1}", "\\boxed{3}"], ["1+x", "4"])
     assert list(rewards) == [1.0, 0.0] and used == [1]  # 3 vs 4 is decided without sympy
   finally:
     pool.close()

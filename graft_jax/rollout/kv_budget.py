@@ -1,0 +1,40 @@
+"""How many prompts the JAX sampler decodes at once under a KV-cache byte budget.
+
+A call of P prompts x n samples, prompts padded to L tokens and up to M new
+tokens, holds per layer keys and values of every row over S = L + M slots:
+
+.. math::
+    \\text{bytes}(P) = P\\,(n + 1)\\; 2\\, N_\\text{layers}\\, K\\, H\\, S \\cdot \\text{itemsize},
+
+the ``+ 1`` being the prefilled cache of each prompt, alive while it is
+repeated into its n rows (``graft_jax.rollout.sampler.generate_padded``).
+"""
+
+from __future__ import annotations
+
+
+class KVBudgetError(ValueError):
+  """Not even one prompt's KV cache fits the budget."""
+
+
+def kv_bytes_per_prompt(model_cfg, *, n: int, slots: int, itemsize: int) -> int:
+  """KV-cache bytes of one prompt's n rows (plus its prefill) over ``slots`` positions."""
+  per_row = 2 * model_cfg.num_layers * model_cfg.num_kv_heads * model_cfg.head_dim * slots
+  return (n + 1) * per_row * itemsize
+
+
+def prompts_per_chunk(num_prompts: int, per_prompt: int, budget: int) -> int:
+  """The largest power of two of prompts whose caches fit ``budget`` bytes (at most
+  ``num_prompts``, itself a power of two); 0 = no budget, all at once.
+
+  Raises `KVBudgetError` when one prompt alone does not fit.
+  """
+  if budget <= 0 or per_prompt * num_prompts <= budget:
+    return num_prompts
+  if per_prompt > budget:
+    raise KVBudgetError(
+        f"JAX sampler: one prompt's KV cache needs {per_prompt / 2**30:.2f} GiB but "
+        f"rollout.max_kv_bytes is {budget / 2**30:.2f} GiB; raise the budget, shorten "
+        f"max_prompt_len / max_response_len or n, or sample with the vLLM engine "
+        f"(--config.engine=vllm)")
+  return 1 << ((budget // per_prompt).bit_length() - 1)

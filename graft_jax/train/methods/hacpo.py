@@ -1,0 +1,91 @@
+"""HACPO (arXiv 2603.02604): every prompt pools the receiver's and the peer's responses.
+
+The peer's rewards enter the receiver's baseline weighted by the capability
+ratio P_learner / P_source (``graft_jax.train.capability``, carried across
+steps and checkpointed); the loss is HACPO's sequence-level one with a KL to
+the initial parameters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from flax import nnx
+
+from graft_jax import core
+from graft_jax.train.capability import CapabilityTracker
+from graft_jax.train.exchange import add_own_group, pair_stats, score_peer_rows
+from graft_jax.train.methods.base import Method, per_receiver
+from graft_jax.train.rows import Rows
+from graft_jax.train.scoring import score_rows
+from graft_jax.train.update import HacpoLoss
+
+
+def hacpo_rows(recv_policy, recv_roll, src_roll, cap_ratio: float, cfg):
+  """The receiver's n and the peer's n responses of every prompt, with HACPO's
+  capability-weighted advantages; returns ``(Rows, ExchangeStats)``."""
+  g, n = recv_roll.rewards_GxN.shape
+  all_rows = list(range(g * n))
+  length_cap = cfg.max_prompt_len + cfg.max_response_len
+  ids, empty, old, _ = score_peer_rows(recv_policy, recv_roll, src_roll, all_rows,
+                                      temperature=cfg.rollout.temperature, length_cap=length_cap)
+  r_GxK = np.concatenate([recv_roll.rewards_GxN, src_roll.rewards_GxN], axis=1)
+  is_self_GxK = np.concatenate([np.ones((g, n), bool), np.zeros((g, n), bool)], axis=1)
+  cap_GxK = np.where(is_self_GxK, 1.0, cap_ratio).astype(np.float32)
+  adv_GxK, _ = core.hacpo_advantages(r_GxK, is_self_GxK, cap_GxK, scale_by_std=cfg.scale_by_std)
+  adv_GxK = np.asarray(adv_GxK)
+  src_mean = src_roll.old_mean_logp_B
+  rows = Rows()
+  for q in range(g):
+    add_own_group(rows, recv_roll, q, adv_N=adv_GxK[q, :n])
+    for j in range(n):
+      b = q * n + j
+      finite = np.isfinite(src_mean[b]) and len(ids[b]) > 0
+      rows.add(recv_roll.prompt_ids[q], ids[b], q, adv=adv_GxK[q, n + j], keep=finite,
+               grafted=True, is_self=False, src_mean_logp=src_mean[b] if finite else 0.0,
+               cap_ratio=cap_ratio, old_logp=old[b])
+  # The KL's reference: the receiver's initial parameters.
+  ref = nnx.merge(recv_policy.graphdef, recv_policy.ref_params)
+  rows.ref_logp = score_rows(ref, rows.prompt_ids, rows.response_ids, recv_policy.pad_id,
+                             temperature=cfg.rollout.temperature, length_cap=length_cap)
+  stats = dataclasses.replace(pair_stats(recv_roll, src_roll), peer_offered=g * n,
+                              dropped_empty=empty, cap_ratio=cap_ratio)
+  return rows, stats
+
+
+class Hacpo(Method):
+  name = "hacpo"
+  keeps_reference = True
+  old_logp_from_update = False  # the loss reads its rows' old means, taken before the update
+
+  def __init__(self, cfg):
+    super().__init__(cfg)
+    self.capability: CapabilityTracker | None = None
+
+  def start(self, names, reward_fn):
+    h = self.cfg.hacpo
+    self.capability = CapabilityTracker(self.trained(names), window=h.capability_window,
+                                        ratio_clamp=tuple(h.ratio_clamp))
+
+  def build_rows(self, policies, rolls, peers, key):
+    if self.capability is None:
+      self.start(list(rolls), None)
+    self.capability.update({name: roll.rewards_GxN for name, roll in rolls.items()})
+    return per_receiver(rolls, peers, lambda i, name, src: hacpo_rows(
+        policies[name], rolls[name], src, self.capability.ratio(src.name, name), self.cfg))
+
+  def loss(self, g):
+    h = self.cfg.hacpo
+    return HacpoLoss(temperature=self.cfg.rollout.temperature, self_clip=tuple(h.self_clip),
+                     cross_clip=h.cross_clip, cross_step=h.cross_clip_step, kl_coef=h.kl_coef)
+
+  def num_minibatches(self, g):
+    return max(1, g // min(self.cfg.hacpo.minibatch_prompts, g))
+
+  def state_dict(self):
+    return {"capability": self.capability.to_dict() if self.capability else None}
+
+  def load_state_dict(self, state):
+    if state.get("capability"):
+      self.capability = CapabilityTracker.from_dict(state["capability"])

@@ -1,0 +1,51 @@
+"""vllm.weight_sync: 'nccl' and 'ipc' are accepted values, refused off CUDA in one line
+that names the field; the server flags each backend needs."""
+
+import pytest
+
+from configs import toy
+from graft_jax.rollout import weight_transfer
+from graft_jax.train import config as config_lib
+from graft_jax.train import config_checks
+from graft_jax.train.config_load import apply_overrides
+
+
+def _cfg(*overrides):
+  cd = toy.get_config("vllm")
+  cd.unlock()
+  apply_overrides(cd, list(overrides))
+  return config_lib.from_config_dict(cd)
+
+
+def test_reload_stays_valid_everywhere():
+  assert _cfg("vllm.weight_sync=reload").vllm.weight_sync == "reload"
+
+
+@pytest.mark.parametrize("sync", ["nccl", "ipc"])
+def test_gpu_backends_are_refused_off_cuda_naming_the_field(sync, monkeypatch):
+  monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+  with pytest.raises(config_lib.ConfigError) as e:
+    _cfg(f"vllm.weight_sync={sync}")
+  assert e.value.field == "vllm.weight_sync"
+  assert f"vllm.weight_sync='{sync}'" in str(e.value) and "JAX_PLATFORMS=cpu" in str(e.value)
+  assert "\n" not in str(e.value)
+
+
+def test_gpu_platform_check_reads_the_platform_list():
+  with pytest.raises(config_lib.ConfigError, match="JAX_PLATFORMS=tpu"):
+    config_checks._check_weight_sync("ipc", environ={"JAX_PLATFORMS": "tpu"})
+  config_checks._check_weight_sync("reload", environ={"JAX_PLATFORMS": "cpu"})
+
+
+def test_unknown_backend_names_the_choices():
+  with pytest.raises(config_lib.ConfigError, match="vllm.weight_sync"):
+    _cfg("vllm.weight_sync=rdma")
+  with pytest.raises(ValueError, match="expected one of"):
+    weight_transfer.server_args("reload")
+
+
+def test_server_flags():
+  assert weight_transfer.server_args("nccl") == (
+      "--weight-transfer-config", '{"backend": "nccl"}')
+  assert dict(weight_transfer.server_env("ipc")) == {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
+  assert weight_transfer.server_env("nccl") == ()
