@@ -163,19 +163,21 @@ def _child_of(pid: int) -> int:
   raise AssertionError(f"no child of {pid}")
 
 
-def _running_requests(engine) -> float:
+def _requests_in_server(engine) -> float:
+  """Requests vLLM has accepted and not finished (running or queued)."""
   with urllib.request.urlopen(engine.sidecar.url + "/metrics", timeout=10) as r:
     text = r.read().decode()
   return sum(float(line.split()[-1]) for line in text.splitlines()
-             if line.startswith("vllm:num_requests_running"))
+             if line.startswith(("vllm:num_requests_running", "vllm:num_requests_waiting")))
 
 
 def test_kill_9_mid_rollout_restarts_and_completes(vllm_pair, monkeypatch):
   """The API server dies while the rollout's requests run; the call restarts it and retries.
 
   The kill comes from the engine's own health poll, which runs only while requests are
-  pending, and only once vLLM reports a running request: the server dies mid-rollout
-  however fast this machine samples."""
+  pending, and only once vLLM reports a request it holds: the server dies mid-rollout
+  however fast this machine samples. 8 prompts x 16 samples keep it busy for many polls
+  (with 4 samples an idle machine once finished between them)."""
   engine, model, tok = vllm_pair["a"]
   prompts = [tok.encode(f"Say {c}.") for c in "abcdefgh"]
   params = SamplingParams(max_new_tokens=200, seed=21)
@@ -186,22 +188,22 @@ def test_kill_9_mid_rollout_restarts_and_completes(vllm_pair, monkeypatch):
 
   def kill_once_running(timeout):
     del timeout  # the poll is fast here; a busy server still gets the usual time to answer
-    if not killed and _running_requests(engine) >= 1:
+    if not killed and _requests_in_server(engine) >= 1:
       os.kill(_child_of(old_pgid), signal.SIGKILL)  # the API server, not the watchdog
       killed.append(True)
     return healthy(timeout=5.0)
 
   monkeypatch.setattr(engine, "health_every_s", 0.05)
   monkeypatch.setattr(sidecar, "healthy", kill_once_running)
-  batch = engine.generate(prompts, 4, params)
+  batch = engine.generate(prompts, 16, params)
   monkeypatch.undo()
-  assert killed, "the rollout finished before vLLM reported a running request"
+  assert killed, "the rollout finished before vLLM reported a request it holds"
   assert engine.restarts == restarts + 1 and engine.sidecar.pgid() != old_pgid
   assert not group_members(old_pgid)
-  _assert_layout(batch, len(prompts), 4, 200, tok.eos_token_id, tok.pad_token_id)
+  _assert_layout(batch, len(prompts), 16, 200, tok.eos_token_id, tok.pad_token_id)
   _assert_matches_jax(model, tok, batch, prompts, 1.0)
   # Seeded, so the retried rollout is the one an undisturbed server gives.
-  np.testing.assert_array_equal(batch.tokens_BxL, engine.generate(prompts, 4, params).tokens_BxL)
+  np.testing.assert_array_equal(batch.tokens_BxL, engine.generate(prompts, 16, params).tokens_BxL)
 
 
 def test_gives_up_after_max_restarts(tmp_path):
