@@ -47,6 +47,7 @@ def main():
   cells = toy_benchmark.plan_cells(args.seeds, methods)
   results = toy_benchmark.run_cells(
       cells, args.out, steps=args.steps, eval_k=args.eval_k, jobs=args.jobs, run_here=run_here,
+      pair_key=pair.key,
       cell_argv=toy_benchmark.default_cell_argv(__file__, out, steps=args.steps,
                                                 eval_k=args.eval_k,
                                                 extra=["--smoke"] if args.smoke else []))

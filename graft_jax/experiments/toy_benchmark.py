@@ -131,7 +131,7 @@ def run_cell(cell: Cell, pair, pair_cfg, out_dir, *, steps: int, eval_k: int,
               if r.get(f"{n}/{key}") is not None and np.isfinite(r[f"{n}/{key}"])]
       if vals:
         diagnostics[f"{n}/{key}"] = float(np.mean(vals))
-  out = {"cell": dataclasses.asdict(cell), "steps": steps, "eval_k": eval_k,
+  out = {"cell": dataclasses.asdict(cell), "steps": steps, "eval_k": eval_k, "pair": pair.key,
          "pass1": {n: evals[n]["average"] for n in trained},
          "pass1_t06": {n: evals[n]["t06"]["average"] for n in trained},
          "pass1_groups": {n: evals[n]["pass1"] for n in trained},
@@ -142,26 +142,31 @@ def run_cell(cell: Cell, pair, pair_cfg, out_dir, *, steps: int, eval_k: int,
   return out
 
 
-def load_cell(cell: Cell, out_dir, *, steps: int, eval_k: int) -> dict | None:
-  """A finished cell's result, if one exists for the same step budget and eval k."""
+def load_cell(cell: Cell, out_dir, *, steps: int, eval_k: int,
+              pair_key: str | None = None) -> dict | None:
+  """A finished cell's result, if one exists for the same step budget, eval k and (when
+  ``pair_key`` is given) the same toy pair: a cell of an older pair is run again."""
   path = cell_path(cell, out_dir)
   if not path.exists():
     return None
   res = json.loads(path.read_text())
-  return res if (res.get("steps"), res.get("eval_k")) == (steps, eval_k) else None
+  same = (res.get("steps"), res.get("eval_k")) == (steps, eval_k)
+  return res if same and (pair_key is None or res.get("pair") == pair_key) else None
 
 
 def run_cells(cells, out_dir, *, steps: int, eval_k: int, jobs: int, cell_argv,
-              run_here=None, poll_s: float = 2.0) -> dict:
+              run_here=None, poll_s: float = 2.0, pair_key: str | None = None) -> dict:
   """Runs every unfinished cell, ``jobs`` at a time; returns ``{slug: result}``.
 
   With ``jobs == 1`` each cell runs in this process through ``run_here(cell)``;
   otherwise each runs as the subprocess ``cell_argv(cell)`` (its log goes to
-  ``<workdir>/cell.log``). A cell starts only after the cell it ``needs``.
+  ``<workdir>/cell.log``). A cell starts only after the cell it ``needs``. Finished cells
+  are reused only for the same ``steps``, ``eval_k`` and ``pair_key`` (`load_cell`).
   A failed cell is logged and left out; the rest go on.
   """
   results = {c.slug: r for c in cells
-             if (r := load_cell(c, out_dir, steps=steps, eval_k=eval_k)) is not None}
+             if (r := load_cell(c, out_dir, steps=steps, eval_k=eval_k, pair_key=pair_key))
+             is not None}
   pending = [c for c in cells if c.slug not in results]
   planned = {c.slug for c in cells}
   failed: set[str] = {c.needs for c in pending
@@ -174,7 +179,7 @@ def run_cells(cells, out_dir, *, steps: int, eval_k: int, jobs: int, cell_argv,
       if proc.poll() is None:
         continue
       del running[slug]
-      res = load_cell(cell, out_dir, steps=steps, eval_k=eval_k)
+      res = load_cell(cell, out_dir, steps=steps, eval_k=eval_k, pair_key=pair_key)
       if proc.returncode == 0 and res is not None:
         results[slug] = res
         log.info("%s done in %.0fs: %s", slug, time.perf_counter() - t0, res["pass1"])

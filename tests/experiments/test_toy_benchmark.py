@@ -26,10 +26,11 @@ def test_plan_has_every_method_per_seed_and_replay_after_grpo8():
   assert not [c for c in tb.plan_cells([0], {"GRAFT": "graft"}) if c.label == tb.REPLAY]
 
 
-def _write(cell, out, pass1):
+def _write(cell, out, pass1, pair="k1"):
   path = tb.cell_path(cell, out)
   path.parent.mkdir(parents=True, exist_ok=True)
-  path.write_text(json.dumps({"steps": 3, "eval_k": 2, "pass1": pass1, "diagnostics": {}}))
+  path.write_text(json.dumps({"steps": 3, "eval_k": 2, "pair": pair, "pass1": pass1,
+                              "diagnostics": {}}))
   return json.loads(path.read_text())
 
 
@@ -52,6 +53,14 @@ def test_run_cells_in_process_respects_dependencies_and_skips_finished(tmp_path)
   order.clear()
   tb.run_cells(cells, tmp_path, steps=4, eval_k=2, jobs=1, cell_argv=None,
                run_here=lambda c: order.append(c.slug) or _write(c, tmp_path, {}))
+  assert len(order) == len(cells)
+  # Nor one of another toy pair: every cell above was written for pair "k1".
+  order.clear()
+  tb.run_cells(cells, tmp_path, steps=3, eval_k=2, jobs=1, cell_argv=None, pair_key="k1",
+               run_here=lambda c: order.append(c.slug) or _write(c, tmp_path, {}))
+  assert order == []
+  tb.run_cells(cells, tmp_path, steps=3, eval_k=2, jobs=1, cell_argv=None, pair_key="k2",
+               run_here=lambda c: order.append(c.slug) or _write(c, tmp_path, {}, pair="k2"))
   assert len(order) == len(cells)
 
 
