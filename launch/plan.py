@@ -5,7 +5,9 @@
 
 No weights are needed: parameters are abstract (nnx.eval_shape). The update is
 compiled by XLA's CPU backend for `--devices` fake devices and its
-memory_analysis() read per device (graft_jax.sharding.memory_plan).
+memory_analysis() read per device (graft_jax.sharding.memory_plan), against the
+trainer's share of a device (`xla_mem_fraction`, else JAX's default 0.75). With
+`engine=vllm` it also prints each server's share, weights and KV-cache budget.
 """
 
 import os
@@ -37,7 +39,10 @@ def main(_):
                                           int(_MEMORY.value * 1e9),
                                           reserve_fraction=_RESERVE.value)
   print(pair_plan.format_plan(mesh, available, table, cfg.max_prompt_len + cfg.max_response_len))
-  return 0 if all(r["fits"] for r in table) else 1
+  servers = pair_plan.server_budgets(cfg, int(_MEMORY.value * 1e9))
+  if servers:
+    print(pair_plan.format_servers(servers))
+  return 0 if all(r["fits"] for r in table + servers) else 1
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The memory plan of a pair config: each model's update and JAX-sampler KV cache on the config's
-mesh, and whether they fit."""
+mesh, whether they fit in the trainer's share of a device, and (with vLLM) each server's
+share, weights and KV-cache budget."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import jax.numpy as jnp
 from graft_jax.models.config import ModelConfig
 from graft_jax.rollout.jax_engine import bucket
 from graft_jax.rollout.kv_budget import KVBudgetError, kv_bytes_per_prompt, prompts_per_chunk
-from graft_jax.sharding.memory_plan import largest_rows, update_memory
+import jax
+
+from graft_jax.sharding.memory_plan import abstract_model, largest_rows, update_memory
 from graft_jax.sharding.mesh import MeshConfig, make_mesh
 from graft_jax.sharding.report import format_bytes
 
@@ -28,6 +31,46 @@ def model_config(model) -> ModelConfig:
   if model.name not in PRESETS:
     raise ValueError(f"{model.name}: no {path} and no preset (known: {sorted(PRESETS)})")
   return PRESETS[model.name]()
+
+
+# JAX preallocates this share of a GPU when XLA_PYTHON_CLIENT_MEM_FRACTION is unset.
+JAX_DEFAULT_MEM_FRACTION = 0.75
+
+
+def trainer_fraction(cfg) -> float:
+  """The share of each device the trainer's JAX process may use: ``xla_mem_fraction``
+  (which sets ``XLA_PYTHON_CLIENT_MEM_FRACTION``), else JAX's default."""
+  return cfg.xla_mem_fraction or JAX_DEFAULT_MEM_FRACTION
+
+
+def num_params(model_cfg) -> int:
+  """Parameters of the model (tied embeddings once), from abstract shapes."""
+  _, params = abstract_model(model_cfg, param_dtype=jnp.float32, dtype=jnp.float32,
+                             remat="none", scan_layers=False)
+  return sum(int(x.size) for x in jax.tree.leaves(params))
+
+
+def server_budgets(cfg, device_bytes: int) -> list[dict]:
+  """With ``engine=vllm``, per server: its GPUs, its memory (``vllm.gpu_memory_utilization``
+  of each), its weights in the serving dtype, and what is left for the KV cache."""
+  if cfg.engine != "vllm":
+    return []
+  v, out = cfg.vllm, []
+  for key in ("model_a", "model_b"):
+    model, gpus = getattr(cfg, key), tuple(getattr(v.gpus, key))
+    share = int(v.gpu_memory_utilization * device_bytes * (len(gpus) or v.tensor_parallel_size))
+    weights = num_params(model_config(model)) * jnp.dtype(v.dtype).itemsize
+    out.append(dict(name=model.name, gpus=gpus, share=share, weights=weights,
+                    kv=share - weights, fits=weights < share))
+  return out
+
+
+def format_servers(servers) -> str:
+  return "\n".join(
+      f"vLLM server {s['name']} on GPUs {s['gpus'] or '(every visible)'}: "
+      f"{format_bytes(s['share'])} (vllm.gpu_memory_utilization), weights "
+      f"{format_bytes(s['weights'])}, KV cache {format_bytes(max(s['kv'], 0))}"
+      f"{'' if s['fits'] else '  NO ROOM'}" for s in servers)
 
 
 def sampler_kv_bytes(cfg, model_cfg) -> tuple[int, bool]:
@@ -69,7 +112,7 @@ def plan(cfg, devices, device_bytes: int, *, reserve_fraction: float = 0.0):
             for r in sorted({1, 2, rows_cfg or 1})}
     out.append((model.name, mems, rows_cfg or minibatch_rows, sampler_kv_bytes(cfg, mc)))
   fixed = sum(mems[1].params + mems[1].opt_state for _, mems, _, _ in out)
-  available = int(device_bytes * (1 - reserve_fraction))
+  available = int(device_bytes * min(trainer_fraction(cfg), 1 - reserve_fraction))
   table = []
   for name, mems, rows, (kv, kv_ok) in out:
     other = fixed - (mems[1].params + mems[1].opt_state)  # the peer's state stays resident
@@ -87,7 +130,8 @@ def format_plan(mesh, available, table, length: int) -> str:
           f"{'peer state':>12}{'update':>11}{'sampler KV':>12}{'sampling':>11}  fit   "
           f"rows/dev  (largest)")
   lines = [f"{dict(mesh.shape)} x {mesh.devices.size} devices, {format_bytes(available)} "
-           f"available per device, micro-batch rows of {length} tokens", head]
+           f"available per device to the trainer (xla_mem_fraction, or JAX's default "
+           f"{JAX_DEFAULT_MEM_FRACTION}), micro-batch rows of {length} tokens", head]
   for r in table:
     m = r["mem"]
     lines.append(f"{r['name']:<16}{format_bytes(m.params):>11}{format_bytes(m.opt_state):>11}"
