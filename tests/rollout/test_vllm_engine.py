@@ -3,7 +3,6 @@ forcing, the RolloutBatch layout, seeding, weight sync, the probe check and kill
 
 import os
 import signal
-import urllib.request
 
 import numpy as np
 import pytest
@@ -163,21 +162,14 @@ def _child_of(pid: int) -> int:
   raise AssertionError(f"no child of {pid}")
 
 
-def _requests_in_server(engine) -> float:
-  """Requests vLLM has accepted and not finished (running or queued)."""
-  with urllib.request.urlopen(engine.sidecar.url + "/metrics", timeout=10) as r:
-    text = r.read().decode()
-  return sum(float(line.split()[-1]) for line in text.splitlines()
-             if line.startswith(("vllm:num_requests_running", "vllm:num_requests_waiting")))
-
-
 def test_kill_9_mid_rollout_restarts_and_completes(vllm_pair, monkeypatch):
   """The API server dies while the rollout's requests run; the call restarts it and retries.
 
-  The kill comes from the engine's own health poll, which runs only while requests are
-  pending, and only once vLLM reports a request it holds: the server dies mid-rollout
-  however fast this machine samples. 8 prompts x 16 samples keep it busy for many polls
-  (with 4 samples an idle machine once finished between them)."""
+  The kill comes from the engine's own first health poll, which runs only while requests
+  are pending (50 ms after they were sent), so the server dies mid-rollout whatever vLLM's
+  metrics say: 8 prompts x 16 samples x 200 tokens (EOS ignored) cannot finish before it.
+  Waiting for vLLM's request gauges instead failed in the full suite, where no poll saw
+  them above 0."""
   engine, model, tok = vllm_pair["a"]
   prompts = [tok.encode(f"Say {c}.") for c in "abcdefgh"]
   params = SamplingParams(max_new_tokens=200, seed=21)
@@ -188,7 +180,7 @@ def test_kill_9_mid_rollout_restarts_and_completes(vllm_pair, monkeypatch):
 
   def kill_once_running(timeout):
     del timeout  # the poll is fast here; a busy server still gets the usual time to answer
-    if not killed and _requests_in_server(engine) >= 1:
+    if not killed:
       os.kill(_child_of(old_pgid), signal.SIGKILL)  # the API server, not the watchdog
       killed.append(True)
     return healthy(timeout=5.0)
@@ -197,7 +189,7 @@ def test_kill_9_mid_rollout_restarts_and_completes(vllm_pair, monkeypatch):
   monkeypatch.setattr(sidecar, "healthy", kill_once_running)
   batch = engine.generate(prompts, 16, params)
   monkeypatch.undo()
-  assert killed, "the rollout finished before vLLM reported a request it holds"
+  assert killed, "the rollout finished before the engine's first health poll"
   assert engine.restarts == restarts + 1 and engine.sidecar.pgid() != old_pgid
   assert not group_members(old_pgid)
   _assert_layout(batch, len(prompts), 16, 200, tok.eos_token_id, tok.pad_token_id)
