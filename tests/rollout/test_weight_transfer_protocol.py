@@ -8,7 +8,6 @@ bucket rule.
 """
 
 import json
-import pathlib
 import subprocess
 
 import ml_dtypes
@@ -17,9 +16,7 @@ import pytest
 
 from graft_jax.rollout.weight_transfer import ipc_handle, protocol
 from graft_jax.rollout.weight_transfer.plan import WireTensor, vllm_packed_buckets
-
-ROOT = pathlib.Path(__file__).parents[2]
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+from vllm_fixtures import REPO as ROOT, require_vllm_python
 PLAN = [WireTensor("model.embed_tokens.weight", (300, 64), np.dtype(ml_dtypes.bfloat16)),
         WireTensor("model.layers.0.self_attn.q_proj.weight", (64, 64), np.dtype(np.float16)),
         WireTensor("model.norm.weight", (64,), np.dtype(np.float32))]
@@ -31,8 +28,7 @@ PACKS = [([4, 4, 4, 4], 6), ([10, 1, 1], 6), ([1, 2, 3], 100), ([5, 5, 5], 10), 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
-  if not VLLM_PYTHON.exists():
-    pytest.skip(".venv-vllm is not installed")
+  vllm_python = require_vllm_python()
   args = ipc_handle.rebuild_args(HANDLE, 1 << 20, 0)
   bodies = {
       "nccl_init": protocol.nccl_init(UID, 3, bucket_bytes=1 << 20, num_buffers=2),
@@ -42,7 +38,7 @@ def report(tmp_path_factory):
       "start": {}, "finish": protocol.finish(7)}
   spec = tmp_path_factory.mktemp("wt") / "spec.json"
   spec.write_text(json.dumps({"bodies": bodies, "packs": PACKS}))
-  out = subprocess.run([str(VLLM_PYTHON), str(ROOT / "tests/rollout/weight_transfer_vllm_check.py"),
+  out = subprocess.run([str(vllm_python), str(ROOT / "tests/rollout/weight_transfer_vllm_check.py"),
                         str(spec)], capture_output=True, text=True, timeout=600, check=False)
   assert out.returncode == 0, out.stderr[-3000:]
   return json.loads(out.stdout.strip().splitlines()[-1])

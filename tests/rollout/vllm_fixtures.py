@@ -12,6 +12,13 @@ REPO = pathlib.Path(__file__).parents[2]
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 
 
+def require_vllm_python() -> pathlib.Path:
+  """The sidecars' interpreter; a missing .venv-vllm fails the test (make test builds it)."""
+  if not VLLM_PYTHON.exists():
+    pytest.fail(f"{VLLM_PYTHON} is missing: run `make vllm-venv` (make test does)")
+  return VLLM_PYTHON
+
+
 def options(**kw) -> SidecarOptions:
   """CPU settings: fp32 for exact log-probs, eager mode for the fastest start."""
   return SidecarOptions(python=str(VLLM_PYTHON), dtype="float32", max_model_len=256,
@@ -21,8 +28,7 @@ def options(**kw) -> SidecarOptions:
 @pytest.fixture(scope="session")
 def vllm_pair(tmp_path_factory):
   """{'a': (engine, model, tokenizer), 'b': ...}; both servers boot in parallel."""
-  if not VLLM_PYTHON.exists():
-    pytest.fail(f"{VLLM_PYTHON} is missing: run `make vllm-venv` (make test does)")
+  require_vllm_python()
   import vllm_models
   root = tmp_path_factory.mktemp("vllm")
   pair = vllm_models.make_pair()
