@@ -4,6 +4,7 @@ import pytest
 
 from graft_jax.sharding import pair_plan
 from graft_jax.train import config as config_lib
+from graft_jax.train import config_load
 
 
 def _qwen3_1p7b_params_by_hand() -> int:
@@ -16,14 +17,11 @@ def _qwen3_1p7b_params_by_hand() -> int:
 
 
 def _cfg(**fields):
+  """The SmolLM3 / Qwen3 pair config with ``a__b=v`` setting field ``a.b``."""
   cd = config_lib.load_config("configs/pair_smollm3_qwen3.py:graft")
   with cd.unlocked():
     for k, v in fields.items():
-      node, *path = k.split("__")
-      target = cd
-      for p in [node, *path][:-1]:
-        target = target[p]
-      target[[node, *path][-1]] = v
+      config_load.set_field(cd, k.replace("__", "."), v)
   return config_lib.from_config_dict(cd)
 
 
