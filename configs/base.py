@@ -71,6 +71,18 @@ def get_config(arg=None):
   return c
 
 
+def set_models(c, models):
+  """Makes ``models`` ((path, name) per model, any number >= 2) the run's models.
+
+  The pair fields go back to their defaults: a config sets one or the other.
+  Override from the command line with the whole list:
+  `--config.models="[{'path': 'p0', 'name': 'm0'}, ...]"`.
+  """
+  blank = defaults()
+  c.model_a, c.model_b = blank.model_a, blank.model_b
+  c.models = tuple(dict(path=path, name=name) for path, name in models)
+
+
 def pair_config(arg, *, pair, model_a, model_b):
   """A real pair with the paper's hyperparameters; (path, name) per model.
 

@@ -24,6 +24,7 @@ from graft_jax.train import config_load
 ConfigError = config_checks.ConfigError
 PathError = config_checks.PathError
 check_paths = config_checks.check_paths
+policy_configs = config_checks.policy_configs
 import_config_file = config_load.import_config_file
 load_config = config_load.load_config
 apply_overrides = config_load.apply_overrides
@@ -228,6 +229,9 @@ class TrainConfig:
   workdir: str = 'runs/default'
   model_a: PolicyConfig = PolicyConfig(name='model_a')
   model_b: PolicyConfig = PolicyConfig(name='model_b')
+  # The run's models in order, any number >= 2 (GRAFT across K models); when set,
+  # model_a / model_b stay at their defaults. `policy_configs(cfg)` reads either.
+  models: tuple[PolicyConfig, ...] = ()
   data: DataConfig = DataConfig()
   prompts_per_step: int = 128
   n: int = 8

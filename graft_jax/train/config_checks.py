@@ -96,6 +96,19 @@ def _check_range(cfg, field, lo=None, hi=None, lo_open=False, hi_open=False):
   raise ConfigError(f'{field} must be {want}, got {_fmt(x)}', field=field)
 
 
+def policy_configs(cfg: Any) -> tuple:
+  """The run's models in order: ``cfg.models``, or the pair ``(model_a, model_b)``."""
+  return tuple(cfg.models) or (cfg.model_a, cfg.model_b)
+
+
+def policy_fields(cfg: Any) -> list[tuple[str, Any]]:
+  """``(field, PolicyConfig)`` of every model, named as the config sets them
+  (``models[0]``, ... or ``model_a``, ``model_b``)."""
+  if cfg.models:
+    return [(f'models[{i}]', m) for i, m in enumerate(cfg.models)]
+  return [('model_a', cfg.model_a), ('model_b', cfg.model_b)]
+
+
 def validate(cfg: Any) -> None:
   """Raises `ConfigError` on the first impossible value or combination."""
   for field, allowed in _ENUMS.items():
@@ -114,15 +127,37 @@ def validate(cfg: Any) -> None:
 
 
 def _check_models(cfg) -> None:
-  for field in ('model_a.name', 'model_b.name'):
-    name = _get(cfg, field)
-    if not _NAME_RE.match(name):
-      raise ConfigError(f'{field} must be a file-safe name '
+  if cfg.models:
+    _check_model_list(cfg)
+  fields = policy_fields(cfg)
+  for field, m in fields:
+    if not _NAME_RE.match(m.name):
+      raise ConfigError(f'{field}.name must be a file-safe name '
                         f'([A-Za-z0-9._-], not starting with . or -), '
-                        f'got {name!r}')
-  if cfg.model_a.name == cfg.model_b.name:
-    raise ConfigError(f'model_a.name and model_b.name must differ (they key '
-                      f'logs and metrics), both are {cfg.model_a.name!r}')
+                        f'got {m.name!r}', field=f'{field}.name')
+  seen: dict[str, str] = {}
+  for field, m in fields:
+    if m.name in seen:
+      raise ConfigError(f'{seen[m.name]}.name and {field}.name must differ (they key '
+                        f'logs and metrics), both are {m.name!r}', field=f'{field}.name')
+    seen[m.name] = field
+
+
+def _check_model_list(cfg) -> None:
+  """``models`` replaces the pair fields; methods defined for a pair refuse more than two."""
+  k = len(cfg.models)
+  if k < 2:
+    raise ConfigError(f'models must list at least 2 models, got {k}; leave it empty to use '
+                      f'model_a and model_b', field='models')
+  set_pair = [f for f in ('model_a', 'model_b') if _get(cfg, f) != type(_get(cfg, f))(name=f)]
+  if set_pair:
+    raise ConfigError(f'models and {set_pair[0]} are both set; list every model in models and '
+                      f'leave model_a / model_b at their defaults', field='models')
+  from graft_jax.train import methods  # pylint: disable=import-outside-toplevel
+  method = methods.REGISTRY.get(cfg.method)
+  if k > 2 and method is not None and method.pair_only:
+    raise ConfigError(f'models has {k} entries but method={cfg.method} is defined for a pair '
+                      f'of models; list 2 models or use method=graft or grpo', field='models')
 
 
 def _check_batching(cfg) -> None:
@@ -256,7 +291,7 @@ def _check_weight_sync(sync: str, environ: Mapping[str, str] = os.environ) -> No
 # attention settings, the engine, vLLM and start-up settings) may change; it is
 # logged.
 RESUME_LOCKED = (
-    'method', 'seed', 'model_a', 'model_b', 'data', 'prompts_per_step', 'n',
+    'method', 'seed', 'model_a', 'model_b', 'models', 'data', 'prompts_per_step', 'n',
     'num_minibatches', 'ppo_epochs', 'max_prompt_len', 'max_response_len',
     'rollout.temperature', 'rollout.top_p', 'rollout.top_k', 'optimizer', 'dtype', 'param_dtype', 'clip_low', 'clip_high', 'scale_by_std',
     'old_logp_source', 'graft', 'hacpo', 'sgt', 'replay', 'reward.kind')
@@ -319,12 +354,12 @@ def check_paths(cfg: Any, *, pending: Iterable[str | os.PathLike] = ()) -> None:
     if path:
       check_writable(field, path)
   pending = {pathlib.Path(p).absolute() for p in pending}
-  models = [('model_a.path', cfg.model_a.path)]
-  if cfg.method != 'replay':
-    models.append(('model_b.path', cfg.model_b.path))
-  for field, path in models:
-    if not (path and pathlib.Path(path).absolute() in pending):
-      check_model_folder(field, path)
+  models = policy_fields(cfg)
+  if cfg.method == 'replay':  # the peer is its logs
+    models = models[:1]
+  for field, m in models:
+    if not (m.path and pathlib.Path(m.path).absolute() in pending):
+      check_model_folder(f'{field}.path', m.path)
   needed: list[tuple[str, str]] = []
   if cfg.method == 'replay':
     needed.append(('replay.log_dir', cfg.replay.log_dir))
@@ -334,9 +369,10 @@ def check_paths(cfg: Any, *, pending: Iterable[str | os.PathLike] = ()) -> None:
     needed.append(('vllm.python', cfg.vllm.python))
   _require(needed)
   if cfg.method == 'replay':
-    logs = pathlib.Path(cfg.replay.log_dir, cfg.model_b.name)
+    field, peer = policy_fields(cfg)[1]
+    logs = pathlib.Path(cfg.replay.log_dir, peer.name)
     if not logs.is_dir():
-      raise PathError('replay.log_dir', f'no peer logs of model_b.name {cfg.model_b.name!r} '
+      raise PathError('replay.log_dir', f'no peer logs of {field}.name {peer.name!r} '
                       f'(no folder {str(logs)!r})')
   if cfg.eval.every_steps:
     _check_benchmarks(cfg.eval)

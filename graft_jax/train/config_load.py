@@ -49,6 +49,10 @@ def _coerce(field: str, hint: Any, value: Any) -> Any:
     if not isinstance(value, (tuple, list)):
       raise ConfigError(f'{field} must be a tuple, got {value!r}')
     args = typing.get_args(hint)
+    if len(args) == 2 and args[1] is Ellipsis and dataclasses.is_dataclass(args[0]):
+      # An entry may be a mapping, a ConfigDict or the dataclass itself.
+      return tuple(build_dataclass(args[0], _as_mapping(v), prefix=f'{field}[{i}].')
+                   for i, v in enumerate(value))
     if len(args) == 2 and args[1] is Ellipsis:
       return tuple(_coerce(field, args[0], v) for v in value)
     if len(value) != len(args):
@@ -72,6 +76,12 @@ def _coerce(field: str, hint: Any, value: Any) -> Any:
         f'{field} must be {hint.__name__}, got {type(value).__name__} '
         f'{value!r}')
   return value
+
+
+def _as_mapping(value: Any) -> Any:
+  if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    return dataclasses.asdict(value)
+  return value.to_dict() if hasattr(value, 'to_dict') else value
 
 
 def import_config_file(path: str | pathlib.Path) -> types.ModuleType:
@@ -174,7 +184,11 @@ def apply_overrides(config_dict, overrides, *, flag: str = '') -> None:
       raise ConfigError(f'{label} must look like {flag}field.name=value')
     *parents, leaf = key.split('.')
     node = config_dict
-    for p in parents:
+    for i, p in enumerate(parents):
+      if hasattr(node, 'items') and isinstance(node.get(p), tuple):
+        whole = '.'.join(parents[:i + 1])
+        raise ConfigError(f'{label}: {whole!r} is a list; set it whole '
+                          f'({flag}{whole}="[...]", a Python literal)', field=whole)
       node = node.get(p) if hasattr(node, 'items') else None
     if not hasattr(node, 'items') or leaf not in node:
       hint = did_you_mean(key, leaf_fields(config_dict))

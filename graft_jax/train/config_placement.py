@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from graft_jax.train.config_checks import ConfigError
 
+# vllm.gpus.<key> places the server of the run's first / second model (model_a /
+# model_b, or models[0] / models[1]).
 MODELS = ('model_a', 'model_b')
 
 
@@ -27,6 +29,10 @@ def validate(cfg) -> None:
   for m in MODELS:
     _check_ids(f'vllm.gpus.{m}', getattr(cfg.vllm.gpus, m))
   if cfg.engine == 'vllm':
+    if len(cfg.models) > 2:
+      raise ConfigError(f'engine=vllm runs a pair of models for now (its placement, '
+                        f'vllm.gpus, is keyed model_a / model_b), but models has '
+                        f'{len(cfg.models)} entries; use engine=jax', field='models')
     _check_servers(cfg)
 
 

@@ -38,25 +38,36 @@ def own_rows(roll) -> Rows:
 
 def retokenize(recv_policy, src_roll, row_ids):
   """Peer rows ``row_ids`` in the receiver's tokenization, and how many came out empty."""
-  finished = src_roll.batch.finished_B
-  ids = [recv_policy.encode_response(src_roll.texts[b], bool(finished[b])) for b in row_ids]
+  ids = [_encode(recv_policy, src_roll, b) for b in row_ids]
   return ids, sum(1 for x in ids if not x)
+
+
+def _encode(recv_policy, src_roll, b: int) -> list:
+  return recv_policy.encode_response(src_roll.texts[b], bool(src_roll.batch.finished_B[b]))
 
 
 def score_peer_rows(recv_policy, recv_roll, src_roll, row_ids, *, temperature: float,
                     length_cap: int = 0):
-  """Peer rows ``row_ids`` re-tokenized by the receiver and scored by its behavior policy.
+  """Peer rows ``row_ids`` of one peer re-tokenized by the receiver and scored by its
+  behavior policy (``score_picks`` of ``(src_roll, row)`` for each row)."""
+  return score_picks(recv_policy, recv_roll, [(src_roll, b) for b in row_ids],
+                     temperature=temperature, length_cap=length_cap)
 
+
+def score_picks(recv_policy, recv_roll, picks, *, temperature: float, length_cap: int = 0):
+  """Peer rows re-tokenized by the receiver and scored by its behavior policy in one call.
+
+  ``picks`` lists ``(source rollout, row)`` pairs, from any number of peers.
   Returns ``(ids, empty, logp, lbar_R)``: the receiver's token ids per row, how
   many came out empty, the receiver's log-probs over them (the PPO old
   log-probs), and their per-row means (the gate's lbar_recv; NaN when empty).
   """
-  ids, empty = retokenize(recv_policy, src_roll, row_ids)
-  n = src_roll.n
-  prompts = [recv_roll.prompt_ids[b // n] for b in row_ids]
+  ids = [_encode(recv_policy, src, b) for src, b in picks]
+  prompts = [recv_roll.prompt_ids[b // src.n] for src, b in picks]
   logp = score_rows(recv_policy.model, prompts, ids, recv_policy.pad_id,
-                    temperature=temperature, length_cap=length_cap) if row_ids else []
-  return ids, empty, logp, np.array([mean_or_nan(x) for x in logp], np.float32)
+                    temperature=temperature, length_cap=length_cap) if picks else []
+  return (ids, sum(1 for x in ids if not x), logp,
+          np.array([mean_or_nan(x) for x in logp], np.float32))
 
 
 def complementarity(k_recv_G, k_src_G) -> float:
@@ -65,14 +76,23 @@ def complementarity(k_recv_G, k_src_G) -> float:
   return float((fail & (k_src_G >= 1)).sum() / fail.sum()) if fail.any() else float("nan")
 
 
-def peer_gate_columns(num_rows: int, peer_rows, s_R, admitted_R, weight_R) -> dict:
+def peer_gate_columns(num_rows: int, peer_rows, s_R, admitted_R, weight_R, *,
+                      before: dict | None = None) -> dict:
   """The source's per-response record of a graft, for its peer log: ``offered``, ``s``,
-  ``admitted``, ``weight`` over all ``num_rows`` responses (NaN / False where not offered)."""
+  ``admitted``, ``weight`` over all ``num_rows`` responses (NaN / False where not offered).
+
+  ``before``: the record another receiver of the same step already made (K > 2
+  models); the rows it offered keep its entries, so the log holds the first
+  receiver's (in model order) gate of a response offered to several.
+  """
   cols = dict(offered=np.zeros(num_rows, bool), s=np.full(num_rows, np.nan, np.float32),
               admitted=np.zeros(num_rows, bool), weight=np.full(num_rows, np.nan, np.float32))
   for name, value in (("offered", True), ("s", s_R), ("admitted", admitted_R),
                       ("weight", weight_R)):
     cols[name][list(peer_rows)] = value
+  if before is not None:
+    taken = np.asarray(before["offered"], bool)
+    cols = {k: np.where(taken, before[k], v) for k, v in cols.items()}
   return cols
 
 
@@ -95,10 +115,16 @@ class ExchangeStats:
   admitted: int | None = None
   cap_ratio: float | None = None
   s_R: np.ndarray | None = None
+  # K > 2 models: |C(p -> r)|, the prompts whose chosen source is this peer (before
+  # balancing), and the breakdown by source peer (``<name>/exchange/from/<peer>/...``).
+  chosen: int | None = None
+  pairs: dict[str, "ExchangeStats"] | None = None
 
   def metrics(self) -> dict:
     out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-           if f.name != "s_R" and getattr(self, f.name) is not None}
+           if f.name not in ("s_R", "pairs") and getattr(self, f.name) is not None}
+    if self.pairs:
+      out["from"] = {peer: stats.metrics() for peer, stats in self.pairs.items()}
     if self.s_R is not None:
       out["s_mean"] = float(self.s_R.mean()) if self.s_R.size else float("nan")
       if self.s_R.size:
@@ -112,3 +138,19 @@ def pair_stats(recv_roll, src_roll) -> ExchangeStats:
   cand_G = core.exchange_candidates(recv_roll.k_G, src_roll.k_G, recv_roll.n)
   return ExchangeStats(complementarity=complementarity(recv_roll.k_G, src_roll.k_G),
                        candidates=int(np.asarray(cand_G).sum()))
+
+
+def peer_stats(recv_roll, peers: dict) -> ExchangeStats:
+  """``pair_stats`` against every peer together, with the breakdown per peer past one.
+
+  Together: complementarity is the share of the receiver's all-fail prompts
+  some peer solved at least once; candidates are the prompts with at least
+  one candidate source. With one peer this is ``pair_stats``.
+  """
+  if len(peers) == 1:
+    return pair_stats(recv_roll, *peers.values())
+  k_PxG = np.stack([p.k_G for p in peers.values()])
+  cand_G = np.asarray(core.exchange_candidates(recv_roll.k_G[None], k_PxG, recv_roll.n)).any(0)
+  return ExchangeStats(complementarity=complementarity(recv_roll.k_G, k_PxG.max(0)),
+                       candidates=int(cand_G.sum()),
+                       pairs={name: pair_stats(recv_roll, p) for name, p in peers.items()})

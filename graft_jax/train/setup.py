@@ -14,7 +14,7 @@ from graft_jax import distributed
 from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.sharding import (MeshConfig, describe_mesh, format_bytes, make_mesh,
                                 max_bytes_per_device)
-from graft_jax.train.config import ConfigError, check_paths
+from graft_jax.train.config import ConfigError, check_paths, policy_configs
 from graft_jax.train import methods, run_inputs
 from graft_jax.train.trainer import Trainer, config_reward, make_reward_pool
 from graft_jax.train.validation import Validator
@@ -29,12 +29,13 @@ def load_train_problems(cfg):
 
 
 def load_models(cfg, mesh=None) -> dict:
-  """{name: (decoder, tokenizer)} for model_a, and model_b where the method uses it;
-  with a ``mesh``, each weight is loaded straight onto its shards."""
+  """{name: (decoder, tokenizer)} for each of the run's models (``policy_configs``), in
+  order; a replayed peer is (None, None). With a ``mesh``, each weight is loaded
+  straight onto its shards."""
   dtype = jnp.dtype(cfg.param_dtype)
   compute = jnp.dtype(cfg.dtype)
   out = {}
-  for m in (cfg.model_a, cfg.model_b):
+  for m in policy_configs(cfg):
     if not m.path:
       continue
     if not methods.trains(cfg, m):
@@ -105,9 +106,10 @@ def vllm_engine(cfg, name: str, model, tokenizer):
 
 def placement_options(cfg, name: str) -> dict:
   """``SidecarOptions`` fields that place the server of policy ``name``: its bind address and,
-  with ``vllm.gpus.<model>``, ``CUDA_VISIBLE_DEVICES`` and a tensor-parallel size of one
-  per GPU."""
-  key = "model_a" if name == cfg.model_a.name else "model_b"
+  with ``vllm.gpus.<model>`` (model_a: the run's first model, model_b: its second),
+  ``CUDA_VISIBLE_DEVICES`` and a tensor-parallel size of one per GPU."""
+  names = [m.name for m in policy_configs(cfg)]
+  key = "model_a" if name == names[0] else "model_b"
   gpus = tuple(getattr(cfg.vllm.gpus, key))
   out = {"host": cfg.vllm.host}
   if gpus:
@@ -141,7 +143,7 @@ def toy_pair_folders() -> set[pathlib.Path]:
 def ensure_toy_pair_if_named(cfg) -> None:
   """Builds (or reuses) the embedded toy pair when the config names its default folders."""
   from graft_jax import toy
-  wanted = {pathlib.Path(m.path) for m in (cfg.model_a, cfg.model_b) if m.path}
+  wanted = {pathlib.Path(m.path) for m in policy_configs(cfg) if m.path}
   if wanted & toy_pair_folders() and not all(p.exists() for p in wanted):
     toy.ensure_toy_pair(toy.DEFAULT_ROOT)
 

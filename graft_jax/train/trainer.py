@@ -20,7 +20,8 @@ import jax
 import numpy as np
 
 from graft_jax import distributed
-from graft_jax.train import methods, metrics_file, peer_log, progress, run_inputs, storage
+from graft_jax.train import (config_checks, methods, metrics_file, peer_log, progress,
+                             run_inputs, storage)
 from graft_jax.train.checkpoint import Checkpointer
 from graft_jax.train.data_stream import PromptStream
 from graft_jax.train.metrics import MetricsWriter
@@ -60,8 +61,9 @@ class Trainer:
   Args:
     cfg: a validated ``TrainConfig``.
     problems: the training problems (objects with ``id``, ``problem``, ``answer``).
-    models: ``{key: (decoder, tokenizer)}`` in order (A first). GRPO may
-      have one; replay trains the first from the second's logs.
+    models: ``{key: (decoder, tokenizer)}`` in the config's order
+      (``config.policy_configs``: ``models``, or A then B). GRPO may have
+      one; replay trains the first from the second's logs.
     reward_fn: ``(texts, golds) -> (rewards, stats)``; by default the one
       ``reward.kind`` names.
     mesh: optional device mesh; parameters and minibatches are sharded on it.
@@ -86,8 +88,12 @@ class Trainer:
     if reward_pool is not None:
       self.own(reward_pool)
     self.reward_fn = config_reward(cfg, reward_pool) if reward_fn is None else reward_fn
-    # Models come in order (A first); the config's names key logs and metrics.
-    names = [cfg.model_a.name, cfg.model_b.name][:len(models)]
+    # Models come in the config's order; its names key logs, metrics and checkpoints.
+    names = [m.name for m in config_checks.policy_configs(cfg)]
+    if len(models) > len(names):
+      raise ValueError(f"Trainer got {len(models)} models but the config names {len(names)} "
+                       f"({', '.join(names)}); list them all in models")
+    names = names[:len(models)]
     models = dict(zip(names, models.values()))
     self.method = methods.make(cfg)
     trained = self.method.trained(names)

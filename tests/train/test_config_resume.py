@@ -37,9 +37,11 @@ def test_check_resume_names_the_locked_field_and_both_values():
   new = config_lib.to_dict(_cfg("w", **{"optimizer.lr": 3e-4}))
   with pytest.raises(config_lib.ConfigError) as err:
     config_checks.check_resume(old, new, where="w/config.json")
+  stored = old["optimizer"]["lr"]  # the toy config's rate, whatever configs/toy.py sets
+  assert stored != 3e-4
   assert str(err.value) == (
-      "optimizer.lr is 0.0003 but the checkpointed run in w/config.json has 0.0002; a resumed "
-      "run keeps every field that changes the math (use another workdir, or "
+      f"optimizer.lr is 0.0003 but the checkpointed run in w/config.json has {stored!r}; a "
+      "resumed run keeps every field that changes the math (use another workdir, or "
       "checkpoint.resume=False to start over)")
   assert err.value.field == "optimizer.lr"
 
@@ -57,13 +59,14 @@ def test_every_math_field_is_locked(field, value):
 
 def test_other_fields_may_change_and_are_returned():
   old = config_lib.to_dict(_cfg("w"))
-  new = config_lib.to_dict(_cfg("w2", **{"eval.every_steps": 2, "total_steps": 80,
+  new = config_lib.to_dict(_cfg("w2", **{"eval.every_steps": 2, "total_steps": 160,
                                          "logging.tensorboard": False, "mesh.fsdp": 2,
                                          "rollout.max_kv_bytes": 2**20}))
   del old["remat"]  # a field an older config.json did not have
   assert config_checks.check_resume(old, new, where="w/config.json") == [
       ("eval.every_steps", 5, 2), ("logging.tensorboard", True, False), ("mesh.fsdp", 1, 2),
-      ("remat", None, "none"), ("rollout.max_kv_bytes", 0, 2**20), ("total_steps", 40, 80),
+      ("remat", None, "none"), ("rollout.max_kv_bytes", 0, 2**20),
+      ("total_steps", old["total_steps"], 160),  # the toy config's, whatever configs/toy.py sets
       ("workdir", "w", "w2")]
 
 
@@ -97,7 +100,7 @@ def test_resuming_a_tiny_toy_run(tmp_path, caplog):
                           "max_response_len": 4, "hacpo.minibatch_prompts": 4,
                           "eval.every_steps": 0, "logging.tensorboard": False,
                           "logging.progress_bar": False, "logging.peer_log": False,
-                          "checkpoint.every_steps": 1,
+                          "checkpoint.every_steps": 1, "optimizer.lr": 2e-4,
                           "reward.kind": "tests.train.tiny_pair:contains_reward", **fields})
     return toy_compare.train(config_lib.from_config_dict(cd), tiny_pair.problems(16), models)
   run()

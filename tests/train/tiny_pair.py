@@ -1,4 +1,5 @@
-"""Two tiny random policies with different architectures and different locally trained tokenizers.
+"""Tiny random policies with different architectures and different locally trained tokenizers
+(a pair, and a third for runs of three models).
 
 The task is a verifiable toy: "Say <c>." is solved by any response that
 contains the character c. Random models solve it sometimes, so every method
@@ -63,3 +64,18 @@ def make_models(seed: int = 0):
                       head_dim=12, tie_word_embeddings=True, use_rope_layers=(1, 1, 1, 0))
   return {"a": (init_model(cfg_a, rngs=nnx.Rngs(seed)), tok_a),
           "b": (init_model(cfg_b, rngs=nnx.Rngs(seed + 1)), tok_b)}
+
+
+def make_third_model(seed: int = 2):
+  """A third policy, unlike both of ``make_models``: a llama-like decoder and a
+  tokenizer of its own size (``(decoder, tokenizer)``)."""
+  tok = make_tokenizer(300)
+  cfg = ModelConfig(model_type="llama", vocab_size=len(tok), hidden_size=32,
+                    intermediate_size=48, num_layers=1, num_heads=2, num_kv_heads=2,
+                    head_dim=16, tie_word_embeddings=False)
+  return init_model(cfg, rngs=nnx.Rngs(seed)), tok
+
+
+def make_trio(seed: int = 0):
+  """{'a', 'b', 'c'}: ``make_models`` plus ``make_third_model``."""
+  return {**make_models(seed), "c": make_third_model(seed + 2)}

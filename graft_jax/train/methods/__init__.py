@@ -6,6 +6,7 @@ in ``REGISTRY``; ``train_step`` and the trainer only ever ask the method.
 
 from __future__ import annotations
 
+from graft_jax.train.config_checks import policy_configs
 from graft_jax.train.methods.base import BuiltRows, Method
 from graft_jax.train.methods.graft import Graft
 from graft_jax.train.methods.grpo import Grpo
@@ -24,9 +25,9 @@ def make(cfg) -> Method:
 
 
 def trains(cfg, model) -> bool:
-  """Whether the config's ``model`` (``cfg.model_a`` / ``cfg.model_b``) samples and updates;
-  replay's peer does not: its logs stand in for it."""
-  return model.name in make(cfg).trained([cfg.model_a.name, cfg.model_b.name])
+  """Whether the config's ``model`` (one of ``config.policy_configs(cfg)``) samples and
+  updates; replay's peer does not: its logs stand in for it."""
+  return model.name in make(cfg).trained([m.name for m in policy_configs(cfg)])
 
 
 __all__ = ["REGISTRY", "BuiltRows", "Method", "make", "trains"]

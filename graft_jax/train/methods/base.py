@@ -1,6 +1,6 @@
 """The ``Method`` interface: what a training method decides inside ``train_step``.
 
-A method says which policies train, who each receiver's peer is, how the
+A method says which policies train, who each receiver's peers are, how the
 receiver's update rows are built from (own rollouts, peer rollouts), its loss
 spec, its minibatch count and order, and any state it carries across steps
 (which goes into the checkpoint). ``train_step`` is the same for every method:
@@ -17,12 +17,16 @@ from graft_jax.train.update import HacpoLoss, PpoLoss
 
 # Per receiver: its update rows, and what its exchange did (None: it had no peer).
 BuiltRows = dict[str, tuple[Rows, ExchangeStats | None]]
+# Per receiver: its peers' rollouts by peer name ({} for a policy without peers).
+Peers = dict[str, dict]
 
 
 class Method:
-  """Defaults: every policy trains against the other one of a pair (none alone), with
-  the clipped token loss, ``cfg.num_minibatches`` minibatches, grafted groups last,
-  and no state. A method overrides what differs; ``build_rows`` it must define.
+  """Defaults: every policy trains against every other one of the run's models (none
+  alone), with the clipped token loss, ``cfg.num_minibatches`` minibatches, grafted
+  groups last, and no state. A method overrides what differs; ``build_rows`` it must
+  define. A method defined for a pair only sets ``pair_only`` (the config refuses it
+  with more than two models).
 
   Args:
     cfg: a validated ``TrainConfig``.
@@ -33,6 +37,8 @@ class Method:
   keeps_reference: ClassVar[bool] = False
   # May the update's own forward pass stand in for the old-log-prob pass?
   old_logp_from_update: ClassVar[bool] = True
+  # Defined for exactly two models (one peer per receiver).
+  pair_only: ClassVar[bool] = False
 
   def __init__(self, cfg):
     self.cfg = cfg
@@ -44,12 +50,13 @@ class Method:
     """The policies that sample and update, of the run's models (in order)."""
     return list(names)
 
-  def peers(self, rolls: dict, problems, epoch: int) -> dict:
-    """Each receiver's peer rollout: the other model of a pair; none for one model."""
-    names = list(rolls)
-    return {a: rolls[b] for a, b in zip(names, names[::-1])} if len(names) == 2 else {}
+  def peers(self, rolls: dict, problems, epoch: int) -> Peers:
+    """Each receiver's peers' rollouts by name: every other model; none for one model."""
+    if len(rolls) < 2:
+      return {}
+    return {r: {p: roll for p, roll in rolls.items() if p != r} for r in rolls}
 
-  def build_rows(self, policies: dict, rolls: dict, peers: dict, key) -> BuiltRows:
+  def build_rows(self, policies: dict, rolls: dict, peers: Peers, key) -> BuiltRows:
     """Every trained policy's rows (and its ``ExchangeStats`` where it has a peer)."""
     raise NotImplementedError
 
@@ -93,9 +100,15 @@ class Method:
     """Restores ``state_dict``'s output."""
 
 
-def per_receiver(rolls: dict, peers: dict, build) -> BuiltRows:
-  """``build(i, name, peer_rollout)`` for the i-th receiver with a peer; own rows and no
-  stats for a policy without one."""
+def per_receiver(rolls: dict, peers: Peers, build) -> BuiltRows:
+  """``build(i, name, peers_of_name)`` for the i-th receiver with peers; own rows and no
+  stats for a policy without any."""
   order = list(peers)
-  return {name: build(order.index(name), name, peers[name]) if name in peers
+  return {name: build(order.index(name), name, peers[name]) if peers.get(name)
           else (own_rows(roll), None) for name, roll in rolls.items()}
+
+
+def only_peer(peers_of_receiver: dict):
+  """The one peer rollout of a pair-only method's receiver."""
+  (src,) = peers_of_receiver.values()
+  return src

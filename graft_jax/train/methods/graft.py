@@ -1,9 +1,11 @@
-"""GRAFT: each selected all-fail group is replaced by the peer's whole group, gated by s.
+"""GRAFT: each selected all-fail group is replaced by a peer's whole group, gated by s.
 
-The pair rule (``graft_jax.core.select_exchange``) picks the groups; the
-peer's responses are re-tokenized and scored by the receiver, which gives the
-gate's lbar_recv and the PPO old log-probs; the gate weights
-w = 1[s > delta] min(s, 1) ride on the rows (paper, arXiv 2609.37868).
+The exchange rule across the run's models (``graft_jax.core.select_exchange_k``;
+at two models the pair rule) picks, per receiver and prompt, the peer whose
+group it takes. The peers' responses are re-tokenized and scored by the
+receiver in one call whichever peer they come from, which gives the gate's
+lbar_recv and the PPO old log-probs; the gate weights w = 1[s > delta] min(s, 1)
+ride on the rows (paper, arXiv 2609.37868).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import dataclasses
 import numpy as np
 
 from graft_jax import core
-from graft_jax.train.exchange import add_own_group, pair_stats, peer_gate_columns, score_peer_rows
+from graft_jax.train.exchange import add_own_group, peer_gate_columns, peer_stats, score_picks
 from graft_jax.train.methods.base import Method, per_receiver
 from graft_jax.train.rows import Rows
 
@@ -30,71 +32,118 @@ def gate(recv_lbar_R, gen_lbar_R, ids, g: int, n: int, gc):
   return admitted.astype(np.float32), admitted
 
 
-def graft_rows(recv_policy, recv_roll, src_roll, receives_G, cfg):
-  """Own groups, with each group ``receives_G`` selects replaced by the peer's whole group;
-  returns ``(Rows, ExchangeStats)``. Records the gate on ``src_roll.peer_gate``."""
-  g, n = recv_roll.rewards_GxN.shape
+def _source_columns(recv_roll, src_roll, cfg):
+  """(advantages_GxN, carried_GxN) the receiver takes with the source's groups."""
   gc = cfg.graft
-  selected = np.flatnonzero(receives_G)
-  peer_rows = [q * n + j for q in selected for j in range(n)]
-  ids, empty, old, recv_lbar = score_peer_rows(
-      recv_policy, recv_roll, src_roll, peer_rows, temperature=cfg.rollout.temperature,
-      length_cap=cfg.max_prompt_len + cfg.max_response_len)
-  gen_lbar = src_roll.gen_mean_logp_B[peer_rows] if peer_rows else np.zeros(0, np.float32)
-  finite = np.isfinite(recv_lbar) & np.isfinite(gen_lbar)
-  w, admitted = gate(recv_lbar, gen_lbar, ids, g, n, gc)
   if gc.advantages == "pooled":
     _, src_adv = core.pooled_advantages(recv_roll.rewards_GxN, src_roll.rewards_GxN,
                                         scale_by_std=cfg.scale_by_std)
     src_adv = np.asarray(src_adv)
   else:
     src_adv = src_roll.adv_GxN
-  carried = np.asarray(core.transfer_mask(src_roll.rewards_GxN, transfer=gc.transfer))
-  keep = admitted & carried.reshape(-1)[peer_rows]
+  return src_adv, np.asarray(core.transfer_mask(src_roll.rewards_GxN, transfer=gc.transfer))
+
+
+def _gate_stats(base, idx, ids, recv_lbar, gen_lbar, keep, groups: int):
+  """``base`` with what the gate did to the offered rows ``idx``."""
+  idx = np.asarray(idx, np.int64)
+  finite = np.isfinite(recv_lbar[idx]) & np.isfinite(gen_lbar[idx])
+  empty = sum(1 for i in idx if not ids[i])
+  return dataclasses.replace(
+      base, grafted_groups=groups, peer_offered=len(idx), dropped_empty=empty,
+      dropped_nonfinite=int((~finite).sum()) - empty, admitted=int(keep[idx].sum()),
+      s_R=np.exp(recv_lbar[idx][finite] - gen_lbar[idx][finite]))
+
+
+def graft_rows(recv_policy, recv_roll, peers: dict, sources_G, cfg):
+  """Own groups, with each group q whose ``sources_G[q]`` names a peer replaced by that
+  peer's whole group; returns ``(Rows, ExchangeStats)``.
+
+  ``peers`` maps peer names to their rollouts; ``sources_G[q]`` is a peer name
+  or None (the receiver keeps its own group). Every offered row, whichever
+  peer it comes from, is scored in one call. Records the gate on each peer's
+  ``peer_gate``; past one peer the statistics break down by source.
+  """
+  g, n = recv_roll.rewards_GxN.shape
+  picks = [(sources_G[q], q * n + j) for q in range(g) if sources_G[q] is not None
+           for j in range(n)]
+  ids, _, old, recv_lbar = score_picks(
+      recv_policy, recv_roll, [(peers[s], b) for s, b in picks],
+      temperature=cfg.rollout.temperature, length_cap=cfg.max_prompt_len + cfg.max_response_len)
+  gen_lbar = np.array([peers[s].gen_mean_logp_B[b] for s, b in picks], np.float32)
+  w, admitted = gate(recv_lbar, gen_lbar, ids, g, n, cfg.graft)
+  columns = {name: _source_columns(recv_roll, src, cfg) for name, src in peers.items()}
+  carried_R = np.array([bool(columns[s][1].flat[b]) for s, b in picks], bool)
+  keep = admitted & carried_R
   with np.errstate(invalid="ignore", over="ignore"):  # a non-finite s stays NaN / inf in the log
     s_R = np.exp(recv_lbar - gen_lbar)
-  src_roll.peer_gate = peer_gate_columns(src_roll.rewards_GxN.size, peer_rows, s_R, keep,
-                                         w * keep)
-  stats = dataclasses.replace(
-      pair_stats(recv_roll, src_roll), grafted_groups=int(np.sum(receives_G)),
-      peer_offered=len(peer_rows), dropped_empty=empty,
-      dropped_nonfinite=int((~finite).sum()) - empty, admitted=int(keep.sum()),
-      s_R=np.exp(recv_lbar[finite] - gen_lbar[finite]))
+  by_peer = {name: [i for i, (s, _) in enumerate(picks) if s == name] for name in peers}
+  for name, src in peers.items():
+    idx = by_peer[name]
+    src.peer_gate = peer_gate_columns(src.rewards_GxN.size, [picks[i][1] for i in idx],
+                                      s_R[idx], keep[idx], (w * keep)[idx], before=src.peer_gate)
+  total = _gate_stats(peer_stats(recv_roll, peers), range(len(picks)), ids, recv_lbar, gen_lbar,
+                      keep, sum(s is not None for s in sources_G))
+  if total.pairs:
+    chosen_G = _chosen_sources(recv_roll, peers, cfg.n)
+    total.pairs = {name: dataclasses.replace(
+        _gate_stats(base, by_peer[name], ids, recv_lbar, gen_lbar, keep,
+                    sum(s == name for s in sources_G)), chosen=sum(s == name for s in chosen_G))
+                   for name, base in total.pairs.items()}
   rows = Rows()
-  slot = {b: i for i, b in enumerate(peer_rows)}
+  slot = {b: i for i, (_, b) in enumerate(picks)}
   for q in range(g):
-    if not receives_G[q]:
+    src = sources_G[q]
+    if src is None:
       add_own_group(rows, recv_roll, q)
       continue
+    adv_GxN, carried_GxN = columns[src]
     for j in range(n):
       i = slot[q * n + j]
-      rows.add(recv_roll.prompt_ids[q], ids[i], q, adv=src_adv[q, j], weight=w[i],
-               keep=bool(admitted[i]) and bool(carried[q, j]), grafted=True,
+      rows.add(recv_roll.prompt_ids[q], ids[i], q, adv=adv_GxN[q, j], weight=w[i],
+               keep=bool(admitted[i]) and bool(carried_GxN[q, j]), grafted=True,
                old_logp=old[i])
-  return rows, stats
+  return rows, total
+
+
+def _chosen_sources(recv_roll, peers: dict, n: int) -> list:
+  """The receiver's chosen source per prompt before balancing (a peer name or None)."""
+  names = list(peers)
+  k_MxG = np.stack([recv_roll.k_G] + [p.k_G for p in peers.values()])
+  source_G = np.asarray(core.select_exchange_k(k_MxG, n, balance=False))[0]
+  return [names[s - 1] if s > 0 else None for s in source_G]
 
 
 class Graft(Method):
   name = "graft"
 
   def receives(self, rolls: dict, peers: dict) -> dict:
-    """Which prompts each receiver takes from its peer: the balanced pair rule."""
+    """Each receiver's source per prompt (a peer name or None): the K-model rule."""
     if not peers:
       return {}
-    a, b = rolls
-    a_G, b_G = core.select_exchange(rolls[a].k_G, rolls[b].k_G, self.cfg.n,
-                                    balance=self.cfg.graft.balance)
-    return {a: np.asarray(a_G), b: np.asarray(b_G)}
+    names = list(rolls)
+    source_MxG = np.asarray(core.select_exchange_k(
+        np.stack([rolls[name].k_G for name in names]), self.cfg.n,
+        balance=self.cfg.graft.balance))
+    return {names[r]: [names[s] if s >= 0 else None for s in source_MxG[r]]
+            for r in range(len(names))}
 
   def build_rows(self, policies, rolls, peers, key):
     receives = self.receives(rolls, peers)
-    return per_receiver(rolls, peers, lambda i, name, src: graft_rows(
-        policies[name], rolls[name], src, receives[name], self.cfg))
+    return per_receiver(rolls, peers, lambda i, name, srcs: graft_rows(
+        policies[name], rolls[name], srcs, receives[name], self.cfg))
 
   def step_metrics(self, built):
-    """m, the balancing count: the smaller of the two directions' candidate counts."""
-    stats = [s for _, s in built.values() if s is not None]
-    return {"m": int(min(s.candidates for s in stats))} if stats else {}
+    """m, the balancing count of each pair of models: the smaller of the two directions'
+    candidate counts (``m``; past two models ``m/<a>/<b>``, from the sources chosen)."""
+    stats = {name: s for name, (_, s) in built.items() if s is not None}
+    if not stats:
+      return {}
+    if not any(s.pairs for s in stats.values()):
+      return {"m": int(min(s.candidates for s in stats.values()))}
+    names = list(stats)
+    return {"m": {f"{a}/{b}": int(min(stats[a].pairs[b].chosen, stats[b].pairs[a].chosen))
+                  for i, a in enumerate(names) for b in names[i + 1:]}}
 
   def loss(self, g):
     return dataclasses.replace(super().loss(g), ratio_level=self.cfg.graft.ratio_level)

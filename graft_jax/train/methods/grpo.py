@@ -1,8 +1,8 @@
-"""GRPO: each policy trains on its own groups only (two policies run side by side)."""
+"""GRPO: each policy trains on its own groups only (any number of policies run side by side)."""
 
 from __future__ import annotations
 
-from graft_jax.train.exchange import own_rows, pair_stats
+from graft_jax.train.exchange import own_rows, peer_stats
 from graft_jax.train.methods.base import Method, per_receiver
 
 
@@ -10,5 +10,5 @@ class Grpo(Method):
   name = "grpo"
 
   def build_rows(self, policies, rolls, peers, key):
-    return per_receiver(rolls, peers, lambda i, name, src: (own_rows(rolls[name]),
-                                                            pair_stats(rolls[name], src)))
+    return per_receiver(rolls, peers, lambda i, name, srcs: (own_rows(rolls[name]),
+                                                             peer_stats(rolls[name], srcs)))

@@ -16,7 +16,7 @@ from flax import nnx
 from graft_jax import core
 from graft_jax.train.capability import CapabilityTracker
 from graft_jax.train.exchange import add_own_group, pair_stats, score_peer_rows
-from graft_jax.train.methods.base import Method, per_receiver
+from graft_jax.train.methods.base import Method, only_peer, per_receiver
 from graft_jax.train.rows import Rows
 from graft_jax.train.scoring import score_rows
 from graft_jax.train.update import HacpoLoss
@@ -57,6 +57,7 @@ def hacpo_rows(recv_policy, recv_roll, src_roll, cap_ratio: float, cfg):
 class Hacpo(Method):
   name = "hacpo"
   keeps_reference = True
+  pair_only = True
   old_logp_from_update = False  # the loss reads its rows' old means, taken before the update
 
   def __init__(self, cfg):
@@ -72,8 +73,9 @@ class Hacpo(Method):
     if self.capability is None:
       self.start(list(rolls), None)
     self.capability.update({name: roll.rewards_GxN for name, roll in rolls.items()})
-    return per_receiver(rolls, peers, lambda i, name, src: hacpo_rows(
-        policies[name], rolls[name], src, self.capability.ratio(src.name, name), self.cfg))
+    return per_receiver(rolls, peers, lambda i, name, srcs: hacpo_rows(
+        policies[name], rolls[name], only_peer(srcs),
+        self.capability.ratio(only_peer(srcs).name, name), self.cfg))
 
   def loss(self, g):
     h = self.cfg.hacpo

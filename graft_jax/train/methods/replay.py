@@ -16,6 +16,7 @@ from graft_jax.train.replay import ReplaySource
 
 class Replay(Graft):
   name = "replay"
+  pair_only = True
 
   def __init__(self, cfg):
     super().__init__(cfg)
@@ -34,12 +35,13 @@ class Replay(Graft):
     if self.source is None:
       raise RuntimeError("replay: start() (the run's model names and reward) must come "
                          "before the first step")
-    return {next(iter(rolls)): self.source(problems, epoch)}
+    return {next(iter(rolls)): {self.source.name: self.source(problems, epoch)}}
 
   def receives(self, rolls, peers):
-    (name, src), = peers.items()
+    (name, srcs), = peers.items()
+    (src_name, src), = srcs.items()
     recv_G, _ = core.select_exchange(rolls[name].k_G, src.k_G, self.cfg.n, balance=False)
-    return {name: np.asarray(recv_G)}
+    return {name: [src_name if r else None for r in np.asarray(recv_G)]}
 
   def step_metrics(self, built):
     return {"replay_missing": self.source.missing}

@@ -9,7 +9,7 @@ import numpy as np
 
 from graft_jax import core
 from graft_jax.train.exchange import add_own_group, pair_stats, retokenize
-from graft_jax.train.methods.base import Method, per_receiver
+from graft_jax.train.methods.base import Method, only_peer, per_receiver
 from graft_jax.train.rows import KIND_SGT, Rows
 
 
@@ -34,10 +34,11 @@ def sgt_rows(recv_policy, recv_roll, src_roll, key):
 
 class Sgt(Method):
   name = "sgt"
+  pair_only = True
 
   def build_rows(self, policies, rolls, peers, key):
-    return per_receiver(rolls, peers, lambda i, name, src: sgt_rows(
-        policies[name], rolls[name], src, jax.random.fold_in(key, 2000 + i)))
+    return per_receiver(rolls, peers, lambda i, name, srcs: sgt_rows(
+        policies[name], rolls[name], only_peer(srcs), jax.random.fold_in(key, 2000 + i)))
 
   def loss(self, g):
     return dataclasses.replace(super().loss(g), sgt_coef=self.cfg.sgt.coef)

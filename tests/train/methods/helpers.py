@@ -11,7 +11,7 @@ import functools
 
 import numpy as np
 
-from configs import toy
+from configs import base, toy
 from graft_jax.rollout import RolloutBatch
 from graft_jax.train import config as config_lib, methods
 from graft_jax.train.collect import Rollout
@@ -26,9 +26,15 @@ R_B = [[0, 1, 0, 1], [0, 0, 0, 0], [0, 1, 1, 0], [1, 1, 1, 1]]
 TEXTS = ["ab", "a b", "c", "bd", "d", "cc", "a", "b1", "2", "ba", "dc", "1a", "b", "3", "ad", "c2"]
 
 
-def config(method: str, **fields):
+NAMES3 = ("toy_a", "toy_b", "toy_c")
+
+
+def config(method: str, *, three: bool = False, **fields):
+  """The toy config at this file's sizes; ``three``: the run's models are ``NAMES3``."""
   cd = toy.get_config(method)
   with cd.unlocked():
+    if three:
+      base.set_models(cd, [("", name) for name in NAMES3])
     cd.prompts_per_step, cd.n, cd.num_minibatches = G, N, 2
     cd.max_prompt_len, cd.max_response_len = 32, 16
     cd.hacpo.minibatch_prompts = 2
@@ -51,6 +57,17 @@ def policies(cfg) -> dict:
   return {name: make_policy(name, *models[key], cfg.optimizer, cfg.data.prompt_suffix,
                             keep_reference=True)
           for name, key in (("toy_a", "a"), ("toy_b", "b"))}
+
+
+@functools.lru_cache(maxsize=1)
+def _third():
+  return tiny_pair.make_third_model()
+
+
+def policies3(cfg) -> dict:
+  """``policies`` plus 'toy_c' (a llama-like decoder with a tokenizer of its own)."""
+  third = make_policy("toy_c", *_third(), cfg.optimizer, cfg.data.prompt_suffix)
+  return {**policies(cfg), "toy_c": third}
 
 
 def problems():
