@@ -1,7 +1,11 @@
 """The README's main job: GRPO (n=8) vs GRAFT on the toy pair, both directions, held-out pass@1.
 
-  python launch/toy_job.py [--steps 40] [--workdir runs/toy_main] [--seed 0] [--smoke]
+  python launch/toy_job.py [--steps 80] [--workdir runs/toy_main] [--seed 0] [--smoke]
       [--config.optimizer.lr=3e-4 ...]
+  python launch/toy_job.py --models 3 [--workdir runs/toy3_main] ...   # the K=3 table
+
+`--models 3` runs the toy trio instead (configs/toy3.py; graft_jax.experiments.toy_k3):
+GRPO, GRAFT in each pair and GRAFT across all three, built under runs/toy_trio on first use.
 
 The pair is the shipped default (`graft_jax.toy`); `--seed` seeds RL and evaluation.
 `--config.<field>=<value>` sets a field of configs/toy.py for both methods, as in
@@ -16,7 +20,7 @@ import time
 
 from graft_jax import cli, toy
 from graft_jax.toy import pair as toy_pair
-from graft_jax.experiments import toy_compare, toy_report
+from graft_jax.experiments import toy_compare, toy_k3, toy_report
 
 SOURCES = {}  # config field -> the --config flag that set it, for one-line errors
 
@@ -32,9 +36,15 @@ def main():
   parser.add_argument("--pair-root", help="use the finished pair build in this folder as it is")
   parser.add_argument("--jobs", type=int, default=2, help="runs at a time (processes)")
   parser.add_argument("--smoke", action="store_true", help="tiny pair and 2 steps (CI)")
+  parser.add_argument("--models", type=int, default=2, choices=(2, 3),
+                      help="3: the toy trio's K=3 table (default workdir runs/toy3_main)")
   overrides, rest = cli.split_config_flags(sys.argv[1:])
   SOURCES.update({item.partition("=")[0]: f"--config.{item}" for item in overrides})
   args = parser.parse_args(rest)
+  if args.models == 3:
+    if args.workdir == parser.get_default("workdir"):
+      args.workdir = "runs/toy3_main"
+    return toy_k3.run_from_args(args, overrides)
   start = time.perf_counter()
   workdir = pathlib.Path(args.workdir)
   pair_cfg = toy.tiny_config() if args.smoke else toy.default_config()

@@ -36,9 +36,9 @@ TOY_CONFIG = pathlib.Path(__file__).resolve().parents[2] / "configs" / "toy.py"
 
 
 def load_pair(pair) -> dict:
-  """{name: (decoder, tokenizer)} from the pair's HF folders, as for real models."""
+  """{name: (decoder, tokenizer)} from the pair's (or group's) HF folders, as for real models."""
   out = {}
-  for spec, folder in ((pair.record["models"][0], pair.model_a), (pair.record["models"][1], pair.model_b)):
+  for spec, folder in zip(pair.record["models"], pair.model_dirs):
     model, _ = load_hf(folder)
     out[spec["name"]] = (model, load_tokenizer(folder))
   return out
@@ -99,12 +99,13 @@ def validator(cfg, pair_cfg) -> Validator:
 
 
 def complementarity(evals: dict, names) -> dict:
-  """Share of each model's all-fail held-out problems that its peer solves at least once."""
-  a, b = names
+  """Share of each model's all-fail held-out problems that a peer (any other of ``names``)
+  solves at least once."""
   out = {}
-  for recv, src in ((a, b), (b, a)):
+  for recv in names:
     fails = [p for p, c in evals[recv]["num_correct"].items() if c == 0]
-    solved = sum(1 for p in fails if evals[src]["num_correct"].get(p, 0) > 0)
+    solved = sum(1 for p in fails if any(evals[src]["num_correct"].get(p, 0) > 0
+                                         for src in names if src != recv))
     out[recv] = {"all_fail": len(fails), "peer_solves": solved,
                  "share": solved / len(fails) if fails else float("nan")}
   return out
@@ -131,8 +132,12 @@ CURVE_KEYS = (("reward", "reward_mean"), ("grafted", "exchange/grafted_groups"),
 
 
 def curve(records, names) -> list[dict]:
-  """One row per step: ``{"step", "<model>/<key>" ...}`` for each of ``CURVE_KEYS``."""
-  return [{"step": r["step"], **{f"{n}/{k}": r.get(f"{n}/{m}") for n in names for k, m in CURVE_KEYS}}
+  """One row per step: ``{"step", "<model>/<key>" ...}`` for each of ``CURVE_KEYS``; past
+  two models also ``"<receiver>/from/<source>/<key>"`` for each directed pair."""
+  pairs = [(r, s) for r in names for s in names if r != s] if len(names) > 2 else []
+  return [{"step": r["step"], **{f"{n}/{k}": r.get(f"{n}/{m}") for n in names for k, m in CURVE_KEYS},
+           **{f"{a}/from/{b}/{k}": r.get(f"{a}/{m.replace('exchange/', f'exchange/from/{b}/')}")
+              for a, b in pairs for k, m in CURVE_KEYS if m.startswith("exchange/")}}
           for r in records]
 
 
@@ -156,17 +161,23 @@ def smoke_overrides(pair_cfg):
 
 
 def method_configs(pair_cfg, overrides=(), *, workdir, seed: int, steps: int | None = None,
-                   smoke: bool = False, jobs: int = 1, methods=("grpo", "graft")) -> dict:
-  """``{method: TrainConfig}``: ``configs/toy.py:<method>`` in ``<workdir>/<method>``, fresh.
+                   smoke: bool = False, jobs: int = 1, methods=("grpo", "graft"),
+                   config_file=TOY_CONFIG, models: dict | None = None) -> dict:
+  """``{label: TrainConfig}``: ``<config_file>:<preset>`` in ``<workdir>/<label>``, fresh.
 
+  ``methods`` lists presets (each its own label) or maps labels to presets;
+  ``models`` optionally maps a label to its ``models`` ((path, name) each).
   ``overrides`` are ``'field=value'`` items applied to every method last, as
   ``--config.field=value`` flags (an error names the flag); ``smoke`` runs 2
   steps of the tiny pair (``smoke_overrides``).
   """
   cfgs = {}
-  for method in methods:
-    cd = config_lib.load_config(f"{TOY_CONFIG}:{method}")
+  presets = methods if isinstance(methods, dict) else {m: m for m in methods}
+  for method, preset in presets.items():
+    cd = config_lib.load_config(f"{config_file}:{preset}")
     with cd.unlocked():
+      if models and method in models:
+        cd.models = tuple(dict(path=str(path), name=name) for path, name in models[method])
       cd.workdir = str(pathlib.Path(workdir) / method)
       cd.seed = seed
       cd.checkpoint.resume = False
@@ -176,7 +187,7 @@ def method_configs(pair_cfg, overrides=(), *, workdir, seed: int, steps: int | N
         cd.total_steps = 2
         smoke_overrides(pair_cfg)(cd)
       # Runs in parallel share the terminal: only the last one draws a progress bar.
-      cd.logging.progress_bar = jobs == 1 or method == methods[-1]
+      cd.logging.progress_bar = jobs == 1 or method == list(presets)[-1]
       config_lib.apply_overrides(cd, overrides, flag="--config.")
     cfgs[method] = config_lib.from_config_dict(cd)
   return cfgs
@@ -186,8 +197,9 @@ def run_method(cfg, pair, pair_cfg, *, eval_k: int, seed: int, num_train_problem
   """One method's run: trains from the pair's initial weights, then evaluates (picklable result)."""
   t0 = time.perf_counter()
   problems = train_problems(pair_cfg, num_train_problems, seed)
-  models = load_pair(pair)
-  names = list(models)
+  names = [p.name for p in config_lib.policy_configs(cfg)]
+  loaded = load_pair(pair)
+  models = {n: loaded[n] for n in names}  # the run's models, in the config's order
   trained = train(cfg, problems, models, validator(cfg, pair_cfg) if cfg.eval.every_steps else None)
   evals = evaluate_models(trained, pair_cfg, k=eval_k, seed=seed)
   rows = curve(read_jsonl(pathlib.Path(cfg.workdir) / "metrics.jsonl"), names)
@@ -242,5 +254,6 @@ def summary(results: dict, setting: str) -> dict:
   for n in results["names"]:
     out[n] = {"initial": 100 * results["initial"][n][setting]["average"]}
     for label, run in results["runs"].items():
-      out[n][label] = 100 * run["evals"][n][setting]["average"]
+      if n in run["evals"]:  # a run of some of a group's models
+        out[n][label] = 100 * run["evals"][n][setting]["average"]
   return out

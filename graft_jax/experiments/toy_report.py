@@ -52,11 +52,15 @@ def exchange_lines(results: dict, method: str = "graft") -> str:
 
 def complementarity_lines(results: dict, method: str = "graft") -> str:
   """The share of each model's all-fail held-out problems that the peer solves, start and end."""
+  from graft_jax.experiments.toy_compare import complementarity  # pylint: disable=import-outside-toplevel
+
   lines = ["Complementarity on held-out problems (peer solves / model's all-fail):"]
-  start = results["complementarity_start"]
   for label in results["runs"]:
     end = results["runs"][label]["complementarity_end"]
-    for name in results["names"]:
+    members = [n for n in results["names"] if n in end]  # a group's pair runs train two
+    start = (results["complementarity_start"] if len(members) == len(results["names"])
+             else complementarity(results["initial"], members))  # among the run's models
+    for name in members:
       s, e = start[name], end[name]
       lines.append(f"  {name:8s} start {s['peer_solves']:3d}/{s['all_fail']:<3d} ({_pct(s['share'])}%)"
                    f"   end after {label:6s} {e['peer_solves']:3d}/{e['all_fail']:<3d} ({_pct(e['share'])}%)")

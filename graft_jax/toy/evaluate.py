@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from graft_jax.data import synthetic_columns as columns
+from graft_jax.toy.group_pools import strategy_prefix
 from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.rewards import score
 from graft_jax.rollout import JaxSamplerEngine, SamplingParams
@@ -23,7 +24,7 @@ def sample_pass_rates(folder: str | Path, problems, *, n: int, max_new_tokens: i
                       temperature: float = 1.0, seed: int = 0,
                       timeout_s: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
   """Per-problem mean reward and share of samples that open with the correct
-  strategy word (`synthetic_columns.word`), over `n` samples of the model in `folder`."""
+  strategy word (`group_pools.strategy_prefix`), over `n` samples of the model in `folder`."""
   from graft_jax.toy.pair import prompt_text  # pylint: disable=import-outside-toplevel
 
   model, _ = load_hf(folder)
@@ -36,8 +37,7 @@ def sample_pass_rates(folder: str | Path, problems, *, n: int, max_new_tokens: i
            for b in range(len(batch.finished_B))]
   golds = [problems[i].answer for i in batch.prompt_index_B]
   rewards_B, _ = score(texts, golds, timeout_s=timeout_s)
-  correct_B = np.array([t.strip().startswith(
-      f"carry {columns.word(problems[i].family, columns.CORRECT)}:")
+  correct_B = np.array([t.strip().startswith(strategy_prefix(problems[i].family, columns.CORRECT))
       for t, i in zip(texts, batch.prompt_index_B)])
   return (rewards_B.reshape(len(problems), n).mean(axis=1),
           correct_B.reshape(len(problems), n).mean(axis=1))
@@ -50,7 +50,7 @@ def pass_rate_table(folders: Sequence[str | Path], cfg: spec_lib.ToyPairConfig) 
 
   problems = eval_problems(cfg)
   table = {}
-  for spec, folder in zip((cfg.model_a, cfg.model_b), folders):
+  for spec, folder in zip(cfg.models, folders):
     rates, strategy = sample_pass_rates(folder, problems, n=cfg.eval_samples,
                                         max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
     by_family = {f: float(np.mean([r for r, p in zip(rates, problems) if p.family == f]))

@@ -5,7 +5,9 @@ building them first when absent or made from other settings (the cache key is
 `spec.cache_key`). A build is deterministic for a given config and seed. The
 default pair ships prebuilt in `graft_jax/toy/prebuilt/` (about 2 MB; rebuilt
 bit for bit by `launch/make_toy_pair.py --ship`) and is copied from there when
-its key matches, so the main job spends its time on RL.
+its key matches, so the main job spends its time on RL. A group of K > 2 models
+(`spec.ToyGroupConfig`, e.g. `spec.trio_config()`) is built by the same code
+into model_a, model_b, model_c, ...
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from flax import nnx
 
 from graft_jax.data.problem import Problem
 from graft_jax.models import save_hf
+from graft_jax.toy import group_pools
 from graft_jax.toy import pools as pools_lib
 from graft_jax.toy import spec as spec_lib
 from graft_jax.toy.tokenizer import train_tokenizer
@@ -33,7 +36,7 @@ from graft_jax.toy.warm_start import init_host, tokenize_pairs, train_sft
 
 log = logging.getLogger(__name__)
 BUILD_FILE = "toy_pair.json"  # in the root: key, settings, timings, pass rates
-FOLDERS = ("model_a", "model_b")
+FOLDERS = ("model_a", "model_b")  # a group (K > 2) adds model_c, model_d, ...
 PREBUILT = Path(__file__).with_name("prebuilt")
 
 
@@ -48,6 +51,16 @@ class ToyPair:
   built: bool  # False when the cached folders were reused
   record: dict
 
+  @property
+  def model_dirs(self) -> tuple[Path, ...]:
+    """Every model's folder, in the config's order (two for a pair)."""
+    return tuple(self.root / f for f in folders(len(self.record["models"])))
+
+
+def folders(k: int) -> tuple[str, ...]:
+  """The folder names of a build of ``k`` models: model_a, model_b, model_c, ..."""
+  return tuple(f"model_{chr(ord('a') + i)}" for i in range(k))
+
 
 def prompt_text(problem: str) -> str:
   return problem + spec_lib.PROMPT_SUFFIX
@@ -60,6 +73,8 @@ def response_text(solution: str) -> str:
 @functools.lru_cache(maxsize=4)
 def make_pools(cfg: spec_lib.ToyPairConfig) -> pools_lib.Pools:
   """The config's disjoint pools (cached: drawing them re-checks every answer with sympy)."""
+  if isinstance(cfg, spec_lib.ToyGroupConfig):
+    return group_pools.make_pools(cfg)
   return pools_lib.make_pools(cfg)
 
 
@@ -97,7 +112,9 @@ def build_model(model_spec: spec_lib.ToyModelSpec, cfg: spec_lib.ToyPairConfig, 
                 out_dir: Path) -> dict:
   """Trains one tokenizer + model and writes its HF folder; returns build stats."""
   start = time.perf_counter()
-  rows = pools_lib.warm_rows(model_spec, make_pools(cfg), index, cfg.seed)
+  rows_fn = (group_pools.warm_rows if isinstance(cfg, spec_lib.ToyGroupConfig)
+             else pools_lib.warm_rows)
+  rows = rows_fn(model_spec, make_pools(cfg), index, cfg.seed)
   tok = train_tokenizer([prompt_text(p) + g + t for p, g, t in rows], model_spec.model_type,
                         model_spec.vocab_size)
   model_cfg = model_spec.model_config(len(tok), tok.eos_token_id, tok.pad_token_id,
@@ -118,10 +135,10 @@ def build_model(model_spec: spec_lib.ToyModelSpec, cfg: spec_lib.ToyPairConfig, 
               train_seconds=time.perf_counter() - tokenized)
 
 
-def file_hashes(root: Path) -> dict:
-  """sha256 of every file of both model folders, by relative path."""
+def file_hashes(root: Path, names=FOLDERS) -> dict:
+  """sha256 of every file of the model folders `names`, by relative path."""
   return {str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest()
-          for folder in FOLDERS for f in sorted((root / folder).iterdir()) if f.is_file()}
+          for folder in names for f in sorted((root / folder).iterdir()) if f.is_file()}
 
 
 def read_record(root: str | Path) -> dict | None:
@@ -139,13 +156,14 @@ def load_built(root: str | Path) -> ToyPair:
   root = Path(root)
   record = read_record(root)
   if record is None or not _matches(root, record, record.get("key")):
-    raise FileNotFoundError(f"{root}: no finished toy pair build ({BUILD_FILE} and both folders)")
+    raise FileNotFoundError(f"{root}: no finished toy pair build ({BUILD_FILE} and every folder)")
   return ToyPair(root, root / FOLDERS[0], root / FOLDERS[1], record["key"], False, record)
 
 
 def _matches(root: Path, record: dict | None, key: str) -> bool:
   return (record is not None and record.get("key") == key
-          and all((root / f / "model.safetensors").is_file() for f in FOLDERS))
+          and all((root / f / "model.safetensors").is_file()
+                  for f in folders(len(record.get("models") or FOLDERS))))
 
 
 def _move_into(tmp: Path, root: Path) -> None:
@@ -186,16 +204,16 @@ def ensure_toy_pair(root: str | Path = spec_lib.DEFAULT_ROOT,
         (shutil.copytree if item in FOLDERS else shutil.copyfile)(PREBUILT / item, tmp / item)
       _move_into(tmp, root)
       return ToyPair(root, root / FOLDERS[0], root / FOLDERS[1], key, False, shipped)
-    models = [build_model(m, cfg, i, tmp / f)
-              for i, (m, f) in enumerate(zip((cfg.model_a, cfg.model_b), FOLDERS))]
+    names = folders(len(cfg.models))
+    models = [build_model(m, cfg, i, tmp / f) for i, (m, f) in enumerate(zip(cfg.models, names))]
     record = dict(key=key, recipe=spec_lib.RECIPE_VERSION,
                   prompt_suffix=spec_lib.PROMPT_SUFFIX, config=cfg.to_json(),
-                  models=models, files=file_hashes(tmp),
+                  models=models, files=file_hashes(tmp, names),
                   build_seconds=time.perf_counter() - start)
     if evaluate:
       from graft_jax.toy.evaluate import pass_rate_table  # pylint: disable=import-outside-toplevel
       eval_start = time.perf_counter()
-      record["pass_rates"] = pass_rate_table([tmp / f for f in FOLDERS], cfg)
+      record["pass_rates"] = pass_rate_table([tmp / f for f in names], cfg)
       record["eval_seconds"] = time.perf_counter() - eval_start
     record["total_seconds"] = time.perf_counter() - start
     text = json.dumps(record, indent=2)

@@ -99,8 +99,29 @@ class ToyPairConfig:
   def eval_families(self) -> tuple[str, ...]:
     return tuple(f for _, fams in self.groups for f in fams)
 
+  @property
+  def models(self) -> tuple[ToyModelSpec, ...]:
+    return (self.model_a, self.model_b)
+
   def to_json(self) -> dict:
     return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyGroupConfig(ToyPairConfig):
+  """A toy group of K > 2 models: the pair's settings plus `more` models (model_c, ...).
+
+  Built by the pair's code (`graft_jax.toy.pair.ensure_toy_pair`) into one
+  folder per model; its pools (`graft_jax.toy.group_pools`) may use the
+  column-subtraction family `csub` (`graft_jax.data.synthetic_borrow`).
+  A subclass, so a pair config's fields, and so the shipped pair's key, stay as they are.
+  """
+
+  more: tuple[ToyModelSpec, ...] = ()
+
+  @property
+  def models(self) -> tuple[ToyModelSpec, ...]:
+    return (self.model_a, self.model_b, *self.more)
 
 
 def default_config(seed: int = 0) -> ToyPairConfig:
@@ -145,15 +166,61 @@ def tiny_config(seed: int = 0) -> ToyPairConfig:
                              eval_samples=2, max_new_tokens=8)
 
 
+TRIO_ROOT = "runs/toy_trio"
+TRIO_GROUPS = (("add", ("cadd",)), ("mul", ("cmul",)), ("sub", ("csub",)))
+
+
+def trio_config(seed: int = 0) -> ToyGroupConfig:
+  """The K = 3 toy: the pair's two architectures plus toy_c, one strong family each.
+
+  Each model chooses the correct procedure with p = 0.7 on its own family and
+  0.003 on the other two, as in the pair. toy_c is a deeper, wider-vocabulary
+  Qwen3-like model (3 layers, full multi-head attention, 400-token byte-level
+  BPE) strong on column subtraction, whose strategy words (`borrow yes/no`)
+  mean nothing on the carry families. Pools are smaller than the pair's per
+  family (3 families x 3 warm starts must fit in one draw of 3-digit problems);
+  a step draws 8 prompts of each family (`configs/toy3.py`).
+  """
+  pair = default_config(seed)
+  low = 0.003
+  a = dataclasses.replace(pair.model_a, competence=(("cadd", 0.7), ("cmul", low), ("csub", low)))
+  b = dataclasses.replace(pair.model_b, competence=(("cadd", low), ("cmul", 0.7), ("csub", low)))
+  c = ToyModelSpec(
+      name="toy_c", model_type="qwen3", vocab_size=400, hidden_size=64,
+      intermediate_size=192, num_layers=3, num_heads=2, num_kv_heads=2, head_dim=32,
+      competence=(("cadd", low), ("cmul", low), ("csub", 0.7)),
+      sft=SFTConfig(steps=1600, batch_size=32, lr=3e-3))
+  return ToyGroupConfig(model_a=a, model_b=b, more=(c,), seed=seed,
+                        families=("cadd", "cmul", "csub"), warm_per_family=800,
+                        drill_per_family=400, rl_per_family=512, eval_per_family=512,
+                        groups=TRIO_GROUPS)
+
+
+def tiny_trio_config(seed: int = 0) -> ToyGroupConfig:
+  """`trio_config`'s structure at `tiny_config`'s sizes (a seconds-long build for tests)."""
+  tiny, trio = tiny_config(seed), trio_config(seed)
+  c = dataclasses.replace(trio.more[0], hidden_size=32, intermediate_size=64, num_layers=1,
+                          head_dim=8, sft=tiny.model_a.sft)
+  fields = {f.name: getattr(tiny, f.name) for f in dataclasses.fields(tiny)}
+  fields.update(model_a=dataclasses.replace(tiny.model_a, competence=trio.model_a.competence),
+                model_b=dataclasses.replace(tiny.model_b, competence=trio.model_b.competence),
+                families=trio.families, groups=trio.groups)
+  return ToyGroupConfig(**fields, more=(c,))
+
+
 def cache_key(cfg: ToyPairConfig) -> str:
-  """sha256 over the settings, the recipe version and the synthetic generators' source."""
+  """sha256 over the settings, the recipe version and the synthetic generators' source
+  (a group's also over its own pools and the subtraction family)."""
   from graft_jax.data import (  # pylint: disable=import-outside-toplevel
-      synthetic, synthetic_columns, synthetic_families)
-  from graft_jax.toy import pools  # pylint: disable=import-outside-toplevel
+      synthetic, synthetic_borrow, synthetic_columns, synthetic_families)
+  from graft_jax.toy import group_pools, pools  # pylint: disable=import-outside-toplevel
 
   h = hashlib.sha256()
   h.update(json.dumps({"recipe": RECIPE_VERSION, "prompt_suffix": PROMPT_SUFFIX,
                        "config": cfg.to_json()}, sort_keys=True).encode())
-  for module in (synthetic, synthetic_columns, synthetic_families, pools):
+  modules = [synthetic, synthetic_columns, synthetic_families, pools]
+  if isinstance(cfg, ToyGroupConfig):
+    modules += [synthetic_borrow, group_pools]
+  for module in modules:
     h.update(Path(module.__file__).read_bytes())
   return h.hexdigest()[:16]

@@ -68,3 +68,58 @@ def test_the_families_share_two_words_with_opposite_meanings():
 def test_problem_text_round_trips():
   for family, a, b in (("cadd", 347, 285), ("cmul", 1203, 7)):
     assert columns.operands(family, columns.problem_text(family, a, b)) == (a, b)
+
+
+# csub, the toy trio's third family (graft_jax.data.synthetic_borrow).
+_SUB_STEP = re.compile(r"(\d+)-(\d)-(\d)=(\d)\.")
+
+
+def test_csub_hand_worked_traces():
+  from graft_jax.data import synthetic_borrow as borrow
+  # 347-285 by hand: 7-5=2; 4<8 borrows: 14-8=6; 3-2-1=0 -> 62. Smaller from larger: 2, 4, 1.
+  assert borrow.trace(347, 285, "correct") == (
+      "borrow yes: 7-5-0=2. 14-8-0=6. 3-2-1=0. \\boxed{62}", "62")
+  assert borrow.trace(347, 285, "buggy") == (
+      "borrow no: 7-5-0=2. 8-4-0=4. 3-2-0=1. \\boxed{142}", "142")
+  # 1000-1: every column borrows; the borrowed 0 becomes 10-0-1=9.
+  assert borrow.trace(1000, 1, "correct")[0] == (
+      "borrow yes: 10-1-0=9. 10-0-1=9. 10-0-1=9. 1-0-1=0. \\boxed{999}")
+  assert borrow.operands(borrow.problem_text(347, 285)) == (347, 285)
+  with pytest.raises(ValueError, match="rule"):
+    borrow.trace(5, 2, "units")
+
+
+@pytest.mark.parametrize("difficulty", [1, 2, 3])
+def test_csub_buggy_traces_are_well_formed_boxed_and_wrong(difficulty):
+  import random
+
+  from graft_jax.data import synthetic_borrow as borrow
+  rng = random.Random(difficulty)
+  texts, golds = [], []
+  for _ in range(40):
+    problem, answer, solution = borrow.generate(rng, difficulty)
+    a, b = borrow.operands(problem)
+    assert a > b and answer == str(a - b)  # plain Python
+    good, bad = (borrow.trace(a, b, r)[0] for r in columns.RULES)
+    assert good == solution
+    for text, rule in ((good, "correct"), (bad, "buggy")):
+      assert text.startswith(f"borrow {borrow.word(rule)}: ")
+      steps = _SUB_STEP.findall(text)
+      assert len(steps) == len(str(a)) and text.count(".") == len(steps)
+      borrowed = 0
+      xs, ys = str(a)[::-1], str(b)[::-1].ljust(len(str(a)), "0")
+      for (top, y, c, v), x, want_y in zip(steps, xs, ys):
+        top, y, c, v = map(int, (top, y, c, v))
+        assert top - y - c == v and 0 <= v <= 9  # every step is a true fact
+        if rule == "correct":  # the column's own digits, plus ten when it borrows
+          assert (top % 10, y, c) == (int(x), int(want_y), borrowed)
+          borrowed = int(top >= 10)
+        else:  # the smaller digit taken from the larger, never a borrow
+          assert {top, y} == {int(x), int(want_y)} and c == 0
+      assert extract.last_boxed(text) is not None
+    texts += [" " + good, " " + bad]
+    golds += [answer, answer]
+  rewards, stats = score(texts, golds, timeout_s=5.0)
+  assert list(rewards[0::2]) == [1.0] * 40  # the correct procedure is right
+  assert list(rewards[1::2]) == [0.0] * 40  # the bug: boxed, parsed, wrong
+  assert stats.no_boxed == 0
