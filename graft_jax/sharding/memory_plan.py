@@ -75,12 +75,13 @@ def micro_batch_shapes(num_micro: int, rows: int, length: int) -> dict:
   return out
 
 
-def update_memory(model_cfg, mesh, tx, spec, *, rows_per_device: int, length: int,
-                  minibatch_rows: int, param_dtype=jnp.float32, dtype=jnp.bfloat16,
-                  remat: str = "full", scan_layers: bool = True, attention: str = "dense",
-                  attention_block: int = 512) -> UpdateMemory:
-  """Compiles the accumulated update for micro-batches of ``rows_per_device`` rows of
-  ``length`` tokens per device (a minibatch of ``minibatch_rows``) and reads its memory."""
+def lower_update(model_cfg, mesh, tx, spec, *, rows_per_device: int, length: int,
+                 minibatch_rows: int, param_dtype=jnp.float32, dtype=jnp.bfloat16,
+                 remat: str = "full", scan_layers: bool = True, attention: str = "dense",
+                 attention_block: int = 512):
+  """The accumulated update for micro-batches of ``rows_per_device`` rows of ``length``
+  tokens per device (a minibatch of ``minibatch_rows``), lowered for ``mesh`` with
+  abstract parameters. Returns ``(lowered, (params, param_shardings), (opt, opt_shardings))``."""
   from graft_jax.train.microbatch import accumulated_update  # train imports sharding
   graphdef, params = abstract_model(model_cfg, param_dtype=param_dtype, dtype=dtype,
                                     remat=remat, scan_layers=scan_layers, attention=attention,
@@ -97,7 +98,15 @@ def update_memory(model_cfg, mesh, tx, spec, *, rows_per_device: int, length: in
   jitted = jax.jit(fn, donate_argnums=(0, 1), in_shardings=(param_sh, opt_sh, micro_sh, None),
                    out_shardings=(param_sh, opt_sh, replicated))
   with jax.set_mesh(mesh):
-    compiled = jitted.lower(params, opt, micro, jax.ShapeDtypeStruct((), jnp.int32)).compile()
+    lowered = jitted.lower(params, opt, micro, jax.ShapeDtypeStruct((), jnp.int32))
+  return lowered, (params, param_sh), (opt, opt_sh)
+
+
+def update_memory(model_cfg, mesh, tx, spec, **kw) -> UpdateMemory:
+  """Compiles ``lower_update(model_cfg, mesh, tx, spec, **kw)`` and reads its memory."""
+  lowered, (params, param_sh), (opt, opt_sh) = lower_update(model_cfg, mesh, tx, spec, **kw)
+  with jax.set_mesh(mesh):
+    compiled = lowered.compile()
   ma = compiled.memory_analysis()
   p_bytes = sharded_bytes(params, param_sh)
   grads = sum(int(np.prod(sh.shard_shape(x.shape))) * 4
