@@ -1,6 +1,6 @@
 """The toy reproduction benchmark: every method, several seeds, both directions -> RESULTS.md.
 
-  python launch/toy_benchmark.py [--seeds 0 1 2] [--steps 40] [--jobs 1] [--out runs/toy_benchmark]
+  python launch/toy_benchmark.py [--seeds 0 1 2] [--steps N] [--jobs 1] [--out runs/toy_benchmark]
 
 A script, not a test. Cells (seed x method) are independent: `--jobs N` runs N
 at a time as subprocesses, and a rerun skips the cells already finished.
@@ -15,12 +15,14 @@ import sys
 
 from graft_jax import toy
 from graft_jax.experiments import toy_benchmark, toy_compare
+from graft_jax.train import config as config_lib
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-  parser.add_argument("--steps", type=int, default=40)
+  parser.add_argument("--steps", type=int, default=None,
+                      help="steps per cell (default: configs/toy.py's total_steps, the main job's)")
   parser.add_argument("--eval-k", type=int, default=2)
   parser.add_argument("--jobs", type=int, default=1, help="cells run at a time (subprocesses)")
   parser.add_argument("--out", default="runs/toy_benchmark")
@@ -30,6 +32,8 @@ def main():
   parser.add_argument("--smoke", action="store_true", help="tiny pair, tiny steps (tests)")
   parser.add_argument("--cell", help=argparse.SUPPRESS)  # one cell, as JSON (subprocess mode)
   args = parser.parse_args()
+  if args.steps is None:
+    args.steps = config_lib.load_config("configs/toy.py").total_steps
   logging.basicConfig(level=logging.INFO, format="%(message)s")
   for noisy in ("jax", "absl", "orbax"):
     logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -47,7 +51,7 @@ def main():
   cells = toy_benchmark.plan_cells(args.seeds, methods)
   results = toy_benchmark.run_cells(
       cells, args.out, steps=args.steps, eval_k=args.eval_k, jobs=args.jobs, run_here=run_here,
-      pair_key=pair.key,
+      pair_key=toy_benchmark.run_key(pair),
       cell_argv=toy_benchmark.default_cell_argv(__file__, out, steps=args.steps,
                                                 eval_k=args.eval_k,
                                                 extra=["--smoke"] if args.smoke else []))

@@ -15,6 +15,7 @@ asks about (admission, complementarity, gate scores, re-tokenization drops).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -28,6 +29,8 @@ import numpy as np
 from graft_jax.experiments import toy_compare
 from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.train import config as config_lib, methods
+from graft_jax.train.config_checks import resume_locked
+from graft_jax.train.config_load import flatten
 from graft_jax.train.metrics import read_jsonl
 
 log = logging.getLogger(__name__)
@@ -100,6 +103,17 @@ def cell_config(cell: Cell, out_dir, steps: int, pair, overrides=None):
   return config_lib.from_config_dict(cd)
 
 
+def run_key(pair) -> str:
+  """The pair's key and a digest of configs/toy.py's fields that change the math
+  (``config_checks.RESUME_LOCKED``, model paths aside): a finished cell is reused only
+  under the same key, so a change of the toy's learning rate or batch reruns it."""
+  cd = config_lib.load_config("configs/toy.py")
+  fields = {k: v for k, v in flatten(config_lib.to_dict(config_lib.from_config_dict(cd))).items()
+            if resume_locked(k) and not k.endswith(".path")}
+  digest = hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
+  return f"{pair.key}-{digest[:12]}"
+
+
 def cell_path(cell: Cell, out_dir) -> pathlib.Path:
   return pathlib.Path(out_dir) / cell.slug / "cell.json"
 
@@ -131,7 +145,8 @@ def run_cell(cell: Cell, pair, pair_cfg, out_dir, *, steps: int, eval_k: int,
               if r.get(f"{n}/{key}") is not None and np.isfinite(r[f"{n}/{key}"])]
       if vals:
         diagnostics[f"{n}/{key}"] = float(np.mean(vals))
-  out = {"cell": dataclasses.asdict(cell), "steps": steps, "eval_k": eval_k, "pair": pair.key,
+  out = {"cell": dataclasses.asdict(cell), "steps": steps, "eval_k": eval_k,
+         "pair": run_key(pair),
          "pass1": {n: evals[n]["average"] for n in trained},
          "pass1_t06": {n: evals[n]["t06"]["average"] for n in trained},
          "pass1_groups": {n: evals[n]["pass1"] for n in trained},
@@ -145,7 +160,8 @@ def run_cell(cell: Cell, pair, pair_cfg, out_dir, *, steps: int, eval_k: int,
 def load_cell(cell: Cell, out_dir, *, steps: int, eval_k: int,
               pair_key: str | None = None) -> dict | None:
   """A finished cell's result, if one exists for the same step budget, eval k and (when
-  ``pair_key`` is given) the same toy pair: a cell of an older pair is run again."""
+  ``pair_key`` is given) the same ``run_key``: a cell of an older pair or toy config is
+  run again."""
   path = cell_path(cell, out_dir)
   if not path.exists():
     return None

@@ -1,6 +1,7 @@
 """The toy benchmark's plan, scheduler and tables; a slow smoke run of the script on the tiny pair."""
 
 import json
+import types
 import pathlib
 import subprocess
 import sys
@@ -122,3 +123,24 @@ def test_benchmark_script_smoke_runs_cells_in_parallel(tmp_path):
   assert set(bench["cells"][tb.REPLAY]) == set(bench["names"])  # one trained model per direction
   for cell in ("initial", "grpo8", "graft", "replay_0", "replay_1"):
     assert (tmp_path / "s0" / cell / "cell.json").is_file()
+
+
+def test_run_key_changes_with_the_toy_configs_math_not_its_logging(monkeypatch):
+  pair = types.SimpleNamespace(key="abc")
+  base = tb.run_key(pair)
+  assert base.startswith("abc-") and tb.run_key(pair) == base
+  real = tb.config_lib.load_config
+
+  def edited(field, value):
+    def load(spec):
+      cd = real(spec)
+      with cd.unlocked():
+        tb.config_lib.config_load.set_field(cd, field, value)
+      return cd
+    return load
+
+  monkeypatch.setattr(tb.config_lib, "load_config", edited("optimizer.lr", 1.5e-4))
+  assert tb.run_key(pair) != base
+  monkeypatch.setattr(tb.config_lib, "load_config", edited("logging.tensorboard", False))
+  assert tb.run_key(pair) == base
+  assert tb.run_key(types.SimpleNamespace(key="other")) != base
