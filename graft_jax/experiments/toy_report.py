@@ -81,6 +81,8 @@ def plot_curves(results: dict, path, method: str = "graft") -> pathlib.Path:
   for col, name in enumerate(names):
     ax = axes[0][col]
     for label, r in results["runs"].items():
+      if name not in r["evals"]:  # a pair run of the other two models
+        continue
       pts = [(0, results["initial"][name]["average"])]
       pts += [(c["step"] + 1, c[f"{name}/eval"]) for c in r["curve"]
               if c.get(f"{name}/eval") is not None]

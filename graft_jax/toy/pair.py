@@ -190,8 +190,8 @@ def ensure_toy_pair(root: str | Path = spec_lib.DEFAULT_ROOT,
     return ToyPair(root, root / FOLDERS[0], root / FOLDERS[1], key, False, record)
   shipped = read_record(PREBUILT)
   copy = not force and root.resolve() != PREBUILT.resolve() and _matches(PREBUILT, shipped, key)
-  log.info("%s the toy pair under %s (key %s)", "copying the shipped" if copy else "building",
-           root, key)
+  log.info("%s under %s (key %s)",
+           "copying the shipped toy pair" if copy else "building the toy pair", root, key)
   start = time.perf_counter()
   root.parent.mkdir(parents=True, exist_ok=True)
   # Built beside the target and moved in at the end: a killed build leaves no
