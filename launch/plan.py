@@ -1,4 +1,4 @@
-"""Per-device memory plan of a pair config's update, compiled at the config's shapes on fake devices.
+"""Per-device memory plan of a run config's update (a pair or K models), compiled on fake devices.
 
   .venv/bin/python launch/plan.py --config=configs/pair_smollm3_qwen3.py --devices=4 \
       --device-memory-gb=141 [--config.micro_batch_tokens=...]
@@ -22,7 +22,7 @@ if __name__ == "__main__":
 from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "a pair config file")
+_CONFIG = config_flags.DEFINE_config_file("config", None, "a run config file (a pair or `models`)")
 _DEVICES = flags.DEFINE_integer("devices", 4, "devices of the mesh (fake CPU devices here)")
 _MEMORY = flags.DEFINE_float("device-memory-gb", 141.0, "memory of one device, GB (H200: 141)")
 _RESERVE = flags.DEFINE_float("reserve-fraction", 0.0,
@@ -31,17 +31,17 @@ _RESERVE = flags.DEFINE_float("reserve-fraction", 0.0,
 
 def main(_):
   import jax
-  from graft_jax.sharding import pair_plan
+  from graft_jax.sharding import run_plan
   from graft_jax.train import config as config_lib
 
   cfg = config_lib.from_config_dict(_CONFIG.value)
-  mesh, available, table = pair_plan.plan(cfg, jax.devices()[:_DEVICES.value],
+  mesh, available, table = run_plan.plan(cfg, jax.devices()[:_DEVICES.value],
                                           int(_MEMORY.value * 1e9),
                                           reserve_fraction=_RESERVE.value)
-  print(pair_plan.format_plan(mesh, available, table, cfg.max_prompt_len + cfg.max_response_len))
-  servers = pair_plan.server_budgets(cfg, int(_MEMORY.value * 1e9))
+  print(run_plan.format_plan(mesh, available, table, cfg.max_prompt_len + cfg.max_response_len))
+  servers = run_plan.server_budgets(cfg, int(_MEMORY.value * 1e9))
   if servers:
-    print(pair_plan.format_servers(servers))
+    print(run_plan.format_servers(servers))
   return 0 if all(r["fits"] for r in table + servers) else 1
 
 

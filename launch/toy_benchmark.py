@@ -2,6 +2,9 @@
 
   python launch/toy_benchmark.py [--seeds 0 1 2] [--steps N] [--jobs 1] [--out runs/toy_benchmark]
 
+Writes the tables between RESULTS.md's generated markers and the figure of
+held-out pass@1 over training (``--figure``, linked from the tables).
+
 A script, not a test. Cells (seed x method) are independent: `--jobs N` runs N
 at a time as subprocesses, and a rerun skips the cells already finished.
 """
@@ -9,12 +12,13 @@ at a time as subprocesses, and a rerun skips the cells already finished.
 import argparse
 import json
 import logging
+import os
 import pathlib
 import shlex
 import sys
 
 from graft_jax import toy
-from graft_jax.experiments import toy_benchmark, toy_compare
+from graft_jax.experiments import toy_benchmark, toy_benchmark_figure, toy_compare
 from graft_jax.train import config as config_lib
 
 
@@ -27,6 +31,8 @@ def main():
   parser.add_argument("--jobs", type=int, default=1, help="cells run at a time (subprocesses)")
   parser.add_argument("--out", default="runs/toy_benchmark")
   parser.add_argument("--results", default="RESULTS.md")
+  parser.add_argument("--figure", default="docs/figures/toy_benchmark.png",
+                      help="PNG of held-out pass@1 over training (linked from --results)")
   parser.add_argument("--machine", default="", help="a line on where it ran, for RESULTS.md")
   parser.add_argument("--only", nargs="*", help="method labels to run (default: all)")
   parser.add_argument("--smoke", action="store_true", help="tiny pair, tiny steps (tests)")
@@ -61,8 +67,13 @@ def main():
   argv = list(sys.argv)
   if "--machine" in argv:  # printed on a line of its own
     del argv[argv.index("--machine"):argv.index("--machine") + 2]
-  text = toy_benchmark.results_markdown(res, shlex.join(["python", *argv]), args.machine)
   doc = pathlib.Path(args.results)
+  figure = pathlib.Path(args.figure)
+  figure.parent.mkdir(parents=True, exist_ok=True)
+  figure = toy_benchmark_figure.plot(res, figure)
+  text = toy_benchmark.results_markdown(
+      res, shlex.join(["python", *argv]), args.machine,
+      figure=os.path.relpath(figure, doc.parent or ".") if figure else None)
   doc.write_text(toy_benchmark.splice(doc.read_text() if doc.exists() else "", text))
   print(text)
 

@@ -43,6 +43,10 @@ METHODS = {
     "pooled adv.": "graft,pooled", "peer-first": "graft,peer_first", "uniform order": "graft,uniform",
     "sequence ratio": "graft,sequence_ratio", "delta=0": "graft,delta0", "delta=0.9": "graft,delta0.9",
 }
+# Validation during training every this many steps: the figure's points (each validation
+# samples 2 x toy_compare.VALIDATION_PER_FAMILY problems; every 5 steps, as the main job
+# does, costs the benchmark about a third more time).
+VALIDATE_EVERY = 10
 REPLAY = "stored-log replay"
 INITIAL = "initial (no training)"
 # Mean over steps of these per-model metrics go to the diagnostics table.
@@ -92,6 +96,7 @@ def cell_config(cell: Cell, out_dir, steps: int, pair, overrides=None):
     cd.workdir, cd.seed, cd.total_steps = str(pathlib.Path(out_dir) / cell.slug), cell.seed, steps
     cd.checkpoint.resume = False
     cd.logging.progress_bar = False
+    cd.eval.every_steps = VALIDATE_EVERY  # does not change training (graft_jax.train.validation)
     a, b = (pair.model_b, pair.model_a) if cell.swap else (pair.model_a, pair.model_b)
     na, nb = (cd.model_b.name, cd.model_a.name) if cell.swap else (cd.model_a.name, cd.model_b.name)
     cd.model_a.update(dict(path=str(a), name=na))
@@ -134,8 +139,9 @@ def run_cell(cell: Cell, pair, pair_cfg, out_dir, *, steps: int, eval_k: int,
   if cell.label == INITIAL:  # the pair as built: the baseline every method starts from
     trained, records = models, []
   else:
+    validate = toy_compare.validator(cfg, pair_cfg) if cfg.eval.every_steps else None
     trained = toy_compare.train(cfg, toy_compare.train_problems(pair_cfg, num_problems, cell.seed),
-                                models)
+                                models, validate)
     records = read_jsonl(pathlib.Path(cfg.workdir) / "metrics.jsonl")
   evals = toy_compare.evaluate_models(trained, pair_cfg, k=eval_k, seed=cell.seed)
   diagnostics = {}
@@ -150,11 +156,21 @@ def run_cell(cell: Cell, pair, pair_cfg, out_dir, *, steps: int, eval_k: int,
          "pass1": {n: evals[n]["average"] for n in trained},
          "pass1_t06": {n: evals[n]["t06"]["average"] for n in trained},
          "pass1_groups": {n: evals[n]["pass1"] for n in trained},
-         "diagnostics": diagnostics, "seconds": time.perf_counter() - t0}
+         "diagnostics": diagnostics, "curve": validation_curve(records, trained),
+         "seconds": time.perf_counter() - t0}
   path = cell_path(cell, out_dir)
   path.parent.mkdir(parents=True, exist_ok=True)
   path.write_text(json.dumps(out, indent=1))
   return out
+
+
+def validation_curve(records, names) -> list[dict]:
+  """``[{"step": s, "<model>/eval": pass@1}]`` at each validation during training (held-out
+  problems at T=1, ``toy_compare.VALIDATION_PER_FAMILY`` per family); steps count from 1."""
+  rows = [{"step": r["step"] + 1, **{f"{n}/eval": r[f"{n}/eval/average"] for n in names
+                                     if r.get(f"{n}/eval/average") is not None}}
+          for r in records]
+  return [row for row in rows if len(row) > 1]
 
 
 def load_cell(cell: Cell, out_dir, *, steps: int, eval_k: int,
@@ -238,10 +254,14 @@ def run_cells(cells, out_dir, *, steps: int, eval_k: int, jobs: int, cell_argv,
 
 
 def aggregate(cells, results: dict, names, *, steps: int, eval_k: int) -> dict:
-  """``{label: {model: [pass@1 per seed]}}`` and the matching diagnostics, in plan order."""
+  """``{label: {model: [pass@1 per seed]}}`` at T=1 (``cells``) and T=0.6 / top-p 0.95
+  (``cells_t06``), per family group, the diagnostics, and the validation curves
+  (``curves[label][model][step]``: pass@1 per seed), in plan order."""
   table: dict = {}
+  table_t06: dict = {}
   groups: dict = {}
   diagnostics: dict = {}
+  curves: dict = {}  # label -> model -> step -> [validation pass@1 per seed]
   for cell in cells:
     res = results.get(cell.slug)
     if res is None:
@@ -253,9 +273,17 @@ def aggregate(cells, results: dict, names, *, steps: int, eval_k: int) -> dict:
         groups.setdefault(cell.label, {}).setdefault(f"{n} {g}", []).append(v)
     for k, v in res["diagnostics"].items():
       diagnostics.setdefault(cell.label, {}).setdefault(k, []).append(v)
+    for n, v in res.get("pass1_t06", {}).items():
+      table_t06.setdefault(cell.label, {}).setdefault(n, []).append(v)
+    for row in res.get("curve", []):
+      for key, v in row.items():
+        if key.endswith("/eval"):
+          per_step = curves.setdefault(cell.label, {}).setdefault(key[:-len("/eval")], {})
+          per_step.setdefault(str(row["step"]), []).append(v)
   seeds = sorted({c.seed for c in cells})
-  return {"names": list(names), "cells": table, "groups": groups, "diagnostics": diagnostics,
-          "seeds": seeds, "steps": steps, "eval_k": eval_k}
+  return {"names": list(names), "cells": table, "cells_t06": table_t06, "groups": groups,
+          "diagnostics": diagnostics, "curves": curves, "seeds": seeds, "steps": steps,
+          "eval_k": eval_k}
 
 
 def _mean_std(values) -> str:
@@ -263,8 +291,9 @@ def _mean_std(values) -> str:
   return f"{v.mean():.2f} ± {v.std(ddof=1) if len(v) > 1 else 0.0:.2f}"
 
 
-def results_markdown(res: dict, command: str, machine: str = "") -> str:
-  """RESULTS.md: pass@1 per method and updated model (mean ± std over seeds), then diagnostics."""
+def results_markdown(res: dict, command: str, machine: str = "", figure: str | None = None) -> str:
+  """RESULTS.md: pass@1 per method and updated model (mean ± std over seeds), then diagnostics;
+  ``figure``: a path (relative to the document) of the curves to link under the first table."""
   names = res["names"]
   base = res["cells"].get("GRPO n=8", {})
   lines = ["## Toy benchmark tables (generated)", "", f"Command: `{command}`", ""]
@@ -289,6 +318,13 @@ def results_markdown(res: dict, command: str, machine: str = "") -> str:
                if b and label not in ("GRPO n=8", INITIAL) else "")
       row += [_mean_std(v), delta]
     lines.append(f"| {label} | " + " | ".join(row) + f" | {100 * np.mean(means):.2f} |")
+  if figure:
+    lines += ["", f"![held-out pass@1 over training, every method]({figure})", "",
+              "Held-out pass@1 over training, mean ± std over seeds (step 0: the initial pair "
+              "on the whole held-out set; later points: the validations during training, "
+              f"{toy_compare.VALIDATION_PER_FAMILY} problems per family, one sample at T=1)."]
+  if res.get("cells_t06"):
+    lines += ["", t06_markdown(res)]
   if res.get("groups"):
     lines += ["", groups_markdown(res)]
   lines += ["", diagnostics_markdown(res)]
@@ -306,6 +342,17 @@ def splice(document: str, generated: str) -> str:
     head, rest = document.split(BEGIN, 1)
     return head + block + rest.split(END, 1)[1]
   return document.rstrip() + "\n\n" + block + "\n"
+
+
+def t06_markdown(res: dict) -> str:
+  """The same held-out problems sampled at T=0.6, top-p 0.95 (the paper's evaluation setting)."""
+  names = res["names"]
+  lines = ["Held-out pass@1 (%) at T=0.6, top-p 0.95 (same problems and k), mean ± std over "
+           "seeds:", "", "| method | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+  for label, per_model in res["cells_t06"].items():
+    lines.append(f"| {label} | " + " | ".join(
+        _mean_std(per_model[n]) if per_model.get(n) else "n/a" for n in names) + " |")
+  return "\n".join(lines)
 
 
 def groups_markdown(res: dict) -> str:

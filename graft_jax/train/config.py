@@ -169,9 +169,12 @@ class LoggingConfig:
 
 @dataclasses.dataclass(frozen=True)
 class VllmGpusConfig:
-  """GPU ids (as the node numbers them) of each model's vLLM server."""
+  """GPU ids (as the node numbers them) of each model's vLLM server: ``model_a`` and
+  ``model_b`` place the run's first and second model (``models[0]``, ``models[1]``
+  with a ``models`` list), ``more[j]`` places ``models[2 + j]``."""
   model_a: tuple[int, ...] = ()
   model_b: tuple[int, ...] = ()
+  more: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,11 +8,18 @@ to at most 1. Without ``vllm.gpus`` the servers see every device, as before.
 
 from __future__ import annotations
 
-from graft_jax.train.config_checks import ConfigError
+from graft_jax.train.config_checks import ConfigError, policy_configs
 
-# vllm.gpus.<key> places the server of the run's first / second model (model_a /
-# model_b, or models[0] / models[1]).
-MODELS = ('model_a', 'model_b')
+
+def server_gpus(cfg) -> list[tuple[str, str, tuple[int, ...]]]:
+  """``(field, model name, GPU ids)`` of each model's vLLM server, in the run's model order:
+  ``vllm.gpus.model_a`` / ``model_b`` for the first two, ``vllm.gpus.more[j]`` after."""
+  g, out = cfg.vllm.gpus, []
+  for i, model in enumerate(policy_configs(cfg)):
+    key = ('model_a', 'model_b')[i] if i < 2 else f'more[{i - 2}]'
+    gpus = getattr(g, key) if i < 2 else (g.more[i - 2] if i - 2 < len(g.more) else ())
+    out.append((f'vllm.gpus.{key}', model.name, tuple(gpus)))
+  return out
 
 
 def validate(cfg) -> None:
@@ -26,13 +33,13 @@ def validate(cfg) -> None:
   if not cfg.vllm.host:
     raise ConfigError("vllm.host must be an address to bind, e.g. '127.0.0.1'",
                       field='vllm.host')
-  for m in MODELS:
-    _check_ids(f'vllm.gpus.{m}', getattr(cfg.vllm.gpus, m))
+  past_pair, more = max(len(policy_configs(cfg)) - 2, 0), len(cfg.vllm.gpus.more)
+  if more > past_pair:
+    raise ConfigError(f'vllm.gpus.more places the models after the second ({past_pair} in this '
+                      f'run), but has {more} entries', field='vllm.gpus.more')
+  for field, _, gpus in server_gpus(cfg):
+    _check_ids(field, gpus)
   if cfg.engine == 'vllm':
-    if len(cfg.models) > 2:
-      raise ConfigError(f'engine=vllm runs a pair of models for now (its placement, '
-                        f'vllm.gpus, is keyed model_a / model_b), but models has '
-                        f'{len(cfg.models)} entries; use engine=jax', field='models')
     _check_servers(cfg)
 
 
@@ -61,11 +68,11 @@ def _check_ids(field: str, ids) -> None:
 
 def _check_servers(cfg) -> None:
   v = cfg.vllm
-  placed = {m: tuple(getattr(v.gpus, m)) for m in MODELS if getattr(v.gpus, m)}
-  for m, gpus in placed.items():
+  placed = {field: gpus for field, _, gpus in server_gpus(cfg) if gpus}
+  for field, gpus in placed.items():
     if v.tensor_parallel_size not in (1, len(gpus)):
       raise ConfigError(f'vllm.tensor_parallel_size={v.tensor_parallel_size} disagrees with '
-                        f'vllm.gpus.{m}={gpus}: a placed server runs tensor-parallel over its '
+                        f'{field}={gpus}: a placed server runs tensor-parallel over its '
                         f'{len(gpus)} GPU(s); leave vllm.tensor_parallel_size at 1',
                         field='vllm.tensor_parallel_size')
   if not placed:
@@ -73,7 +80,7 @@ def _check_servers(cfg) -> None:
   trainer = set(cfg.jax_devices)
   for gpu in sorted({g for gpus in placed.values() for g in gpus}):
     servers = [m for m, gpus in placed.items() if gpu in gpus]
-    fields = ' and '.join(f'vllm.gpus.{m}={placed[m]}' for m in servers)
+    fields = ' and '.join(f'{m}={placed[m]}' for m in servers)
     used = len(servers) * v.gpu_memory_utilization
     shares_trainer = not trainer or gpu in trainer
     if shares_trainer and not cfg.xla_mem_fraction:
@@ -83,7 +90,7 @@ def _check_servers(cfg) -> None:
           f'{fields} and {where} put a vLLM server and the trainer on GPU {gpu} without a '
           f'memory split: give the trainer other GPUs with jax_devices, or set '
           f'xla_mem_fraction so that it plus vllm.gpu_memory_utilization per server '
-          f'({v.gpu_memory_utilization}) is at most 1', field=f'vllm.gpus.{servers[0]}')
+          f'({v.gpu_memory_utilization}) is at most 1', field=servers[0])
     if shares_trainer:
       used += cfg.xla_mem_fraction
     if used > 1.0 + 1e-9:

@@ -15,7 +15,7 @@ from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.sharding import (MeshConfig, describe_mesh, format_bytes, make_mesh,
                                 max_bytes_per_device)
 from graft_jax.train.config import ConfigError, check_paths, policy_configs
-from graft_jax.train import methods, run_inputs
+from graft_jax.train import config_placement, methods, run_inputs
 from graft_jax.train.trainer import Trainer, config_reward, make_reward_pool
 from graft_jax.train.validation import Validator
 
@@ -106,11 +106,9 @@ def vllm_engine(cfg, name: str, model, tokenizer):
 
 def placement_options(cfg, name: str) -> dict:
   """``SidecarOptions`` fields that place the server of policy ``name``: its bind address and,
-  with ``vllm.gpus.<model>`` (model_a: the run's first model, model_b: its second),
-  ``CUDA_VISIBLE_DEVICES`` and a tensor-parallel size of one per GPU."""
-  names = [m.name for m in policy_configs(cfg)]
-  key = "model_a" if name == names[0] else "model_b"
-  gpus = tuple(getattr(cfg.vllm.gpus, key))
+  with its ``vllm.gpus`` entry (`config_placement.server_gpus`), ``CUDA_VISIBLE_DEVICES``
+  and a tensor-parallel size of one per GPU."""
+  gpus = next(g for _, n, g in config_placement.server_gpus(cfg) if n == name)
   out = {"host": cfg.vllm.host}
   if gpus:
     out["tensor_parallel_size"] = len(gpus)

@@ -6,6 +6,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from graft_jax.experiments import toy_benchmark as tb
@@ -113,7 +114,7 @@ def test_benchmark_script_smoke_runs_cells_in_parallel(tmp_path):
   proc = subprocess.run(
       [sys.executable, "launch/toy_benchmark.py", "--smoke", "--seeds", "0", "--steps", "1",
        "--eval-k", "1", "--jobs", "2", "--only", "GRPO n=8", "GRAFT", "--out", str(tmp_path),
-       "--results", str(tmp_path / "RESULTS.md")],
+       "--results", str(tmp_path / "RESULTS.md"), "--figure", str(tmp_path / "fig" / "curves.png")],
       cwd=ROOT, capture_output=True, text=True, timeout=1800)
   assert proc.returncode == 0, proc.stderr[-4000:]
   text = (tmp_path / "RESULTS.md").read_text()
@@ -123,6 +124,13 @@ def test_benchmark_script_smoke_runs_cells_in_parallel(tmp_path):
   assert set(bench["cells"][tb.REPLAY]) == set(bench["names"])  # one trained model per direction
   for cell in ("initial", "grpo8", "graft", "replay_0", "replay_1"):
     assert (tmp_path / "s0" / cell / "cell.json").is_file()
+  # The one step is validated (the last step always is), for both trained models.
+  graft = json.loads((tmp_path / "s0" / "graft" / "cell.json").read_text())
+  assert [sorted(r) for r in graft["curve"]] == [sorted(["step", *(f"{n}/eval" for n in bench["names"])])]
+  assert graft["curve"][0]["step"] == 1
+  assert (tmp_path / "fig" / "curves.png").stat().st_size > 10_000
+  assert "](fig/curves.png)" in text
+  assert "T=0.6, top-p 0.95" in text
 
 
 def test_run_key_changes_with_the_toy_configs_math_not_its_logging(monkeypatch):
@@ -144,3 +152,22 @@ def test_run_key_changes_with_the_toy_configs_math_not_its_logging(monkeypatch):
   monkeypatch.setattr(tb.config_lib, "load_config", edited("logging.tensorboard", False))
   assert tb.run_key(pair) == base
   assert tb.run_key(types.SimpleNamespace(key="other")) != base
+
+
+def test_validation_curve_keeps_validated_steps_and_present_models_only():
+  records = [{"step": 0, "a/reward_mean": 0.1},
+             {"step": 4, "a/eval/average": 0.25, "b/eval/average": 0.5},
+             {"step": 9, "a/eval/average": 0.75}]  # b replayed: never validated
+  assert tb.validation_curve(records, ["a", "b"]) == [
+      {"step": 5, "a/eval": 0.25, "b/eval": 0.5}, {"step": 10, "a/eval": 0.75}]
+
+
+def test_figure_series_starts_at_the_initial_cell_and_averages_seeds():
+  from graft_jax.experiments import toy_benchmark_figure as fig
+  res = {"cells": {tb.INITIAL: {"a": [0.2, 0.4]}},
+         "curves": {"GRAFT": {"a": {"10": [0.5, 0.7], "5": [0.4, 0.4]}}}}
+  steps, mean, std = fig.series(res, "GRAFT", "a")
+  assert steps.tolist() == [0, 5, 10]  # numeric order, not the keys' string order
+  np.testing.assert_allclose(mean, [30.0, 40.0, 60.0])
+  np.testing.assert_allclose(std, [np.sqrt(200.0), 0.0, np.sqrt(200.0)])  # ddof=1
+  assert fig.series(res, "HACPO", "a") is None

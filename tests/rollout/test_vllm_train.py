@@ -28,6 +28,19 @@ def _cfg(workdir):
   return config_lib.from_config_dict(cd)
 
 
+def check_served(workdir, served) -> list[dict]:
+  """Two steps' records, each showing every server in step with its trainer; returns them."""
+  records = read_jsonl(workdir / "metrics.jsonl")
+  assert [r["step"] for r in records] == [0, 1]
+  for r in records:
+    for name in served:
+      # vLLM's generation log-probs are the trainer's old-policy log-probs.
+      assert r[f"{name}/logp_mismatch_max"] < 1e-4
+      assert r[f"{name}/update/vllm_write_s"] > 0 and r[f"{name}/update/vllm_reload_s"] > 0
+      assert r[f"{name}/update/vllm_probe_max_abs"] < 1e-4
+  return records
+
+
 def test_two_graft_steps_with_vllm_engines(vllm_pair, tmp_path):
   cfg = _cfg(tmp_path)
   models = {cfg.model_a.name: vllm_pair["a"][1:], cfg.model_b.name: vllm_pair["b"][1:]}
@@ -46,15 +59,47 @@ def test_two_graft_steps_with_vllm_engines(vllm_pair, tmp_path):
     for engine, model, _ in vllm_pair.values():  # back to the fixture's weights
       engine.set_weights(model)
 
-  records = read_jsonl(tmp_path / "metrics.jsonl")
-  assert [r["step"] for r in records] == [0, 1]
-  for r in records:
-    for name in served:
-      # vLLM's generation log-probs are the trainer's old-policy log-probs.
-      assert r[f"{name}/logp_mismatch_max"] < 1e-4
-      assert r[f"{name}/update/vllm_write_s"] > 0 and r[f"{name}/update/vllm_reload_s"] > 0
-      assert r[f"{name}/update/vllm_probe_max_abs"] < 1e-4
+  check_served(tmp_path, served)
   for name, p in trainer.policies.items():
     assert not np.allclose(jax.tree.leaves(p.params)[0], start[name])  # it did train
     table = peer_log.PeerLogReader(tmp_path / "peer_logs", name).load_step(1).to_pylist()
     assert len(table) == cfg.prompts_per_step * cfg.n
+
+
+def test_three_models_each_with_its_own_vllm_sidecar(vllm_pair, tmp_path):
+  """K = 3 under engine=vllm: a third server (another qwen3-like policy) next to the session's
+  two; every policy's old log-probs equal its server's, and every update reaches it."""
+  from configs import base
+  from graft_jax.rollout.vllm_engine import VLLMEngine
+  import vllm_fixtures
+  import vllm_models
+
+  third_model, third_tok = vllm_models.make_pair(seed=7)["a"]
+  third = VLLMEngine(third_model, eos_ids=third_tok.eos_token_id, pad_id=third_tok.pad_token_id,
+                     run_dir=tmp_path / "vllm_c", options=vllm_fixtures.options(), name="c",
+                     check_every=1)
+  cd = toy.get_config("graft")
+  cd.unlock()
+  base.set_models(cd, [("unused/a", "a"), ("unused/b", "b"), ("unused/c", "c")])
+  cd.workdir = str(tmp_path)
+  cd.engine = "vllm"
+  cd.prompts_per_step, cd.n, cd.num_minibatches, cd.max_response_len = 8, 4, 2, 8
+  cd.logging.progress_bar = cd.logging.tensorboard = False
+  cd.optimizer.lr = 1e-3
+  cfg = config_lib.from_config_dict(cd)
+  served = {"a": vllm_pair["a"][0], "b": vllm_pair["b"][0], "c": third}
+  models = {"a": vllm_pair["a"][1:], "b": vllm_pair["b"][1:], "c": (third_model, third_tok)}
+  trainer = Trainer(cfg, tiny_pair.problems(), models, reward_fn=tiny_pair.contains_reward)
+  def reuse(name, model, tokenizer):
+    served[name].set_weights(model)
+    return served[name]
+  try:
+    attach_engines(trainer, reuse)
+    trainer.run(2)
+  finally:
+    trainer.close()
+    third.close()
+    for engine, model, _ in vllm_pair.values():
+      engine.set_weights(model)
+  for r in check_served(tmp_path, served):
+    assert "a/exchange/from/c/candidates" in r  # the K-model exchange ran

@@ -6,7 +6,7 @@ import pytest
 
 from configs import base, toy
 from graft_jax.train import config as config_lib
-from graft_jax.train import config_checks, methods
+from graft_jax.train import config_checks, config_placement, methods, setup
 
 THREE = [("runs/trio/a", "toy_a"), ("runs/trio/b", "toy_b"), ("runs/trio/c", "toy_c")]
 
@@ -89,11 +89,31 @@ def test_every_pair_only_method_is_refused():
   assert pair_only == {"hacpo", "sgt", "replay"}
 
 
-def test_vllm_refuses_three_models():
-  with pytest.raises(config_lib.ConfigError) as e:
-    config_lib.from_config_dict(three(engine="vllm"))
-  assert str(e.value) == ("engine=vllm runs a pair of models for now (its placement, vllm.gpus, "
-                          "is keyed model_a / model_b), but models has 3 entries; use engine=jax")
+def test_vllm_places_a_server_per_model_past_the_pair():
+  cfg = config_lib.from_config_dict(three(**{
+      "engine": "vllm", "jax_devices": (0,), "vllm.gpus.model_a": (1,),
+      "vllm.gpus.model_b": (2,), "vllm.gpus.more": ((3, 4),)}))
+  assert config_placement.server_gpus(cfg) == [
+      ("vllm.gpus.model_a", "toy_a", (1,)), ("vllm.gpus.model_b", "toy_b", (2,)),
+      ("vllm.gpus.more[0]", "toy_c", (3, 4))]
+  assert setup.placement_options(cfg, "toy_c") == {
+      "host": "127.0.0.1", "tensor_parallel_size": 2, "env": (("CUDA_VISIBLE_DEVICES", "3,4"),)}
+  unplaced = config_lib.from_config_dict(three(engine="vllm"))  # every server sees every GPU
+  assert setup.placement_options(unplaced, "toy_c") == {"host": "127.0.0.1"}
+
+
+def test_vllm_placement_of_a_third_model_is_checked_by_its_field():
+  with pytest.raises(config_lib.ConfigError) as e:  # on the trainer's GPU, no memory split
+    config_lib.from_config_dict(three(**{"engine": "vllm", "jax_devices": (0,),
+                                         "vllm.gpus.more": ((0,),)}))
+  assert e.value.field == "vllm.gpus.more[0]"
+  assert str(e.value).startswith("vllm.gpus.more[0]=(0,) and jax_devices=(0,) put a vLLM server "
+                                 "and the trainer on GPU 0 without a memory split")
+  with pytest.raises(config_lib.ConfigError) as e:  # more entries than models past the second
+    config_lib.from_config_dict(three(**{"vllm.gpus.more": ((1,), (2,))}))
+  assert e.value.field == "vllm.gpus.more"
+  assert str(e.value) == ("vllm.gpus.more places the models after the second (1 in this run), "
+                          "but has 2 entries")
 
 
 def test_command_line_sets_the_whole_list_or_says_how():

@@ -1,6 +1,7 @@
-"""The memory plan of a pair config: each model's update and JAX-sampler KV cache on the config's
-mesh, whether they fit in the trainer's share of a device, and (with vLLM) each server's
-share, weights and KV-cache budget."""
+"""The memory plan of a run config (a pair or ``models`` of any length): each model's update
+and JAX-sampler KV cache on the config's mesh, whether they fit in the trainer's share of a
+device next to the other models' resident states, and (with vLLM) each server's share,
+weights and KV-cache budget."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import jax
 from graft_jax.sharding.memory_plan import abstract_model, largest_rows, update_memory
 from graft_jax.sharding.mesh import MeshConfig, make_mesh
 from graft_jax.sharding.report import format_bytes
+from graft_jax.train.config_checks import policy_configs
+from graft_jax.train.config_placement import server_gpus
 
 # The paper's models by their config names, for folders not on this machine.
 PRESETS = {"qwen3_1p7b": ModelConfig.qwen3_1p7b, "smollm3_3b": ModelConfig.smollm3_3b,
@@ -56,8 +59,7 @@ def server_budgets(cfg, device_bytes: int) -> list[dict]:
   if cfg.engine != "vllm":
     return []
   v, out = cfg.vllm, []
-  for key in ("model_a", "model_b"):
-    model, gpus = getattr(cfg, key), tuple(getattr(v.gpus, key))
+  for model, (_, _, gpus) in zip(policy_configs(cfg), server_gpus(cfg)):
     share = int(v.gpu_memory_utilization * device_bytes * (len(gpus) or v.tensor_parallel_size))
     weights = num_params(model_config(model)) * jnp.dtype(v.dtype).itemsize
     out.append(dict(name=model.name, gpus=gpus, share=share, weights=weights,
@@ -92,7 +94,7 @@ def sampler_kv_bytes(cfg, model_cfg) -> tuple[int, bool]:
 
 def plan(cfg, devices, device_bytes: int, *, reserve_fraction: float = 0.0):
   """Rows of (name, UpdateMemory, largest rows per device, sampler KV) for each model of
-  ``cfg``; both policies live on the same devices, so their fixed states add up, and
+  ``cfg``; every policy lives on the same devices, so their fixed states add up, and
   the sampler's KV cache sits next to them while it decodes."""
   from graft_jax.train.step import loss_spec
   from graft_jax.train.update import make_optimizer
@@ -106,7 +108,7 @@ def plan(cfg, devices, device_bytes: int, *, reserve_fraction: float = 0.0):
             dtype=jnp.dtype(cfg.dtype), remat=cfg.remat, scan_layers=cfg.scan_layers,
             attention=cfg.attention_impl, attention_block=cfg.attention_block)
   out = []
-  for model in (cfg.model_a, cfg.model_b):
+  for model in policy_configs(cfg):
     mc = model_config(model)
     mems = {r: update_memory(mc, mesh, tx, spec, rows_per_device=r, **kw)
             for r in sorted({1, 2, rows_cfg or 1})}
@@ -115,7 +117,7 @@ def plan(cfg, devices, device_bytes: int, *, reserve_fraction: float = 0.0):
   available = int(device_bytes * min(trainer_fraction(cfg), 1 - reserve_fraction))
   table = []
   for name, mems, rows, (kv, kv_ok) in out:
-    other = fixed - (mems[1].params + mems[1].opt_state)  # the peer's state stays resident
+    other = fixed - (mems[1].params + mems[1].opt_state)  # the peers' states stay resident
     mem = mems.get(rows, mems[1])
     most = largest_rows(mems[1], mems[2], available - other)
     update, sampling = mem.total + other, fixed + kv
@@ -127,7 +129,7 @@ def plan(cfg, devices, device_bytes: int, *, reserve_fraction: float = 0.0):
 
 def format_plan(mesh, available, table, length: int) -> str:
   head = (f"{'model':<16}{'params':>11}{'optimizer':>11}{'grads*':>11}{'temps':>11}"
-          f"{'peer state':>12}{'update':>11}{'sampler KV':>12}{'sampling':>11}  fit   "
+          f"{'peers state':>12}{'update':>11}{'sampler KV':>12}{'sampling':>11}  fit   "
           f"rows/dev  (largest)")
   lines = [f"{dict(mesh.shape)} x {mesh.devices.size} devices, {format_bytes(available)} "
            f"available per device to the trainer (xla_mem_fraction, or JAX's default "
@@ -140,6 +142,6 @@ def format_plan(mesh, available, table, length: int) -> str:
                  f"{format_bytes(r['kv']):>12}{format_bytes(r['sampling']):>11}  "
                  f"{'yes' if r['fits'] else 'NO ':<5} {r['rows']:>8}  ({r['largest_rows']})")
   lines.append("* grads: the fp32 accumulator, counted inside temps. update: its arguments, "
-               "outputs and temps + the peer's state; sampling: both states + the JAX "
-               "sampler's KV cache (0 with vLLM)")
+               "outputs and temps + the other models' states; sampling: every model's state "
+               "+ the JAX sampler's KV cache (0 with vLLM)")
   return "\n".join(lines)
