@@ -73,6 +73,19 @@ def sync(name: str) -> None:
     multihost_utils.sync_global_devices(name)
 
 
+def from_writer(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """Process 0's ``arrays`` on every process (each passes arrays of the same shapes and
+  dtypes; only process 0's values count). Unchanged in a single process."""
+  if not multi_process():
+    return arrays
+  from jax.experimental import multihost_utils
+  # Sent as integers or floats (booleans as uint8), then restored to each dtype.
+  sent = {k: np.asarray(v).astype(np.uint8) if np.asarray(v).dtype == bool else np.asarray(v)
+          for k, v in arrays.items()}
+  got = multihost_utils.broadcast_one_to_all(sent)
+  return {k: np.asarray(got[k]).astype(np.asarray(arrays[k]).dtype) for k in arrays}
+
+
 def share(num: int, index: int | None = None, count: int | None = None) -> slice:
   """This process's contiguous share of ``num`` items; shares differ in size by at most one."""
   index = jax.process_index() if index is None else index

