@@ -287,8 +287,9 @@ def aggregate(cells, results: dict, names, *, steps: int, eval_k: int) -> dict:
 
 
 def _mean_std(values) -> str:
+  """Mean ± sample std in percent; the value alone for a single seed (no spread to show)."""
   v = np.asarray(values, np.float64) * 100
-  return f"{v.mean():.2f} ± {v.std(ddof=1) if len(v) > 1 else 0.0:.2f}"
+  return f"{v.mean():.2f} ± {v.std(ddof=1):.2f}" if len(v) > 1 else f"{v.mean():.2f}"
 
 
 def results_markdown(res: dict, command: str, machine: str = "", figure: str | None = None) -> str:

@@ -49,7 +49,7 @@ def plot(res: dict, path) -> pathlib.Path | None:
   rows = (("methods", METHOD_ROW), ("GRAFT's ablations", (*REFERENCE, *ablations)))
   fig, axes = plt.subplots(len(rows), len(names), figsize=(6.4 * len(names), 9.5),
                            squeeze=False)
-  seeds = ", ".join(map(str, res["seeds"]))
+  seeds = ("seeds " if len(res["seeds"]) > 1 else "seed ") + ", ".join(map(str, res["seeds"]))
   for r, (title, labels) in enumerate(rows):
     for col, name in enumerate(names):
       ax = axes[r][col]
@@ -65,7 +65,7 @@ def plot(res: dict, path) -> pathlib.Path | None:
       ax.set_title(f"{name} ({title}): held-out pass@1 at T=1 (%)")
       ax.set_xlabel("training step (0: initial pair, full held-out set)")
       ax.legend(fontsize=7, ncol=2)
-  fig.suptitle(f"Toy benchmark, mean ± std over seeds {seeds}", fontsize=11)
+  fig.suptitle(f"Toy benchmark, mean ± std over {seeds}", fontsize=11)
   fig.tight_layout()
   path = pathlib.Path(path)
   fig.savefig(path, dpi=90)

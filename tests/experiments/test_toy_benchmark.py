@@ -97,6 +97,10 @@ def test_results_markdown_mean_std_and_paired_delta():
   assert "| GRAFT | a | " in text and "| 12 | 3 |" in text  # offered, admitted means
   assert "Machine: 2-core CPU" in text
   assert "| method | a add | b mul |" in text and "| GRAFT | 30.0 | 50.0 |" in text
+  one_seed = dict(res, seeds=[0], cells={k: {n: v[:1] for n, v in per.items()}
+                                         for k, per in res["cells"].items()})
+  rows = tb.results_markdown(one_seed, "cmd").split("per model and family group")[0]
+  assert "| GRAFT | 20.00 | +10.00 | 40.00 | -10.00 | 30.00 |" in rows  # no "± 0.00"
 
 
 def test_splice_replaces_only_the_generated_block():
