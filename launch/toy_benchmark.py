@@ -73,7 +73,7 @@ def main():
   figure = toy_benchmark_figure.plot(res, figure)
   text = toy_benchmark.results_markdown(
       res, shlex.join(["python", *argv]), args.machine,
-      figure=os.path.relpath(figure, doc.parent or ".") if figure else None)
+      figure=os.path.relpath(figure, doc.parent) if figure else None)
   doc.write_text(toy_benchmark.splice(doc.read_text() if doc.exists() else "", text))
   print(text)
 

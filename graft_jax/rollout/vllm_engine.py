@@ -219,10 +219,8 @@ class VLLMEngine:
     """|vLLM - JAX| log-probs of the probe tokens under the weights now served."""
     if self._expected_probe is None:
       self._expected_probe = vllm_sync.jax_probe_logprobs(self._model, self._probe_ids)
-    gap = np.abs(vllm_sync.vllm_probe_logprobs(self.sidecar, self._probe_ids)
-                 - self._expected_probe)
-    self.last_probe = {"vllm_probe_mean_abs": float(gap.mean()),
-                       "vllm_probe_max_abs": float(gap.max())}
+    mean, worst = vllm_sync.probe_gap(self.sidecar, self._expected_probe, self._probe_ids)
+    self.last_probe = {"vllm_probe_mean_abs": mean, "vllm_probe_max_abs": worst}
     return self.last_probe
 
   def _check_probe(self, gap: dict[str, float]) -> dict[str, float]:

@@ -192,7 +192,8 @@ def vllm_probe_logprobs(sidecar, ids, *, timeout: float = 120.0) -> np.ndarray:
   return np.array([entry[str(t)]["logprob"] for entry, t in zip(entries, ids[1:])], np.float64)
 
 
-def probe_gap(sidecar, model, ids) -> tuple[float, float]:
-  """(mean, max) |vLLM - JAX| prompt log-prob over the probe's tokens."""
-  gap = np.abs(vllm_probe_logprobs(sidecar, ids) - jax_probe_logprobs(model, ids))
+def probe_gap(sidecar, expected_logp, ids) -> tuple[float, float]:
+  """(mean, max) |vLLM - JAX| prompt log-prob over the probe's tokens; ``expected_logp`` is
+  `jax_probe_logprobs` of the weights the server should hold (computed once per sync)."""
+  gap = np.abs(vllm_probe_logprobs(sidecar, ids) - expected_logp)
   return float(gap.mean()), float(gap.max())
