@@ -6,7 +6,12 @@ Writes the tables between RESULTS.md's generated markers and the figure of
 held-out pass@1 over training (``--figure``, linked from the tables).
 
 A script, not a test. Cells (seed x method) are independent: `--jobs N` runs N
-at a time as subprocesses, and a rerun skips the cells already finished.
+at a time as subprocesses, and a rerun skips the cells already finished. Each
+finished cell's result is kept in the repository (`--record`,
+docs/toy_benchmark/cells/s<seed>/<method>.json), so the tables and figure are
+regenerated from it without training, and an interrupted benchmark continues
+on another machine; a cell is trained again only when the toy pair or
+configs/toy.py's math differs from the one it was recorded with.
 """
 
 import argparse
@@ -33,6 +38,9 @@ def main():
   parser.add_argument("--results", default="RESULTS.md")
   parser.add_argument("--figure", default="docs/figures/toy_benchmark.png",
                       help="PNG of held-out pass@1 over training (linked from --results)")
+  parser.add_argument("--record", default="docs/toy_benchmark/cells",
+                      help="folder of finished cells' results, kept in the repository "
+                           "(\"\": none; --smoke records nothing)")
   parser.add_argument("--machine", default="", help="a line on where it ran, for RESULTS.md")
   parser.add_argument("--only", nargs="*", help="method labels to run (default: all)")
   parser.add_argument("--smoke", action="store_true", help="tiny pair, tiny steps (tests)")
@@ -58,6 +66,7 @@ def main():
   results = toy_benchmark.run_cells(
       cells, args.out, steps=args.steps, eval_k=args.eval_k, jobs=args.jobs, run_here=run_here,
       pair_key=toy_benchmark.run_key(pair),
+      record_dir=None if args.smoke else args.record or None,
       cell_argv=toy_benchmark.default_cell_argv(__file__, out, steps=args.steps,
                                                 eval_k=args.eval_k,
                                                 extra=["--smoke"] if args.smoke else []))

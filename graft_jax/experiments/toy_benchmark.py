@@ -15,6 +15,7 @@ asks about (admission, complementarity, gate scores, re-tokenization drops).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -173,33 +174,59 @@ def validation_curve(records, names) -> list[dict]:
   return [row for row in rows if len(row) > 1]
 
 
+def record_path(cell: Cell, record_dir) -> pathlib.Path:
+  """Where the cell's result is kept in the repository (``s0/grpo8.json``)."""
+  return pathlib.Path(record_dir) / f"{cell.slug}.json"
+
+
 def load_cell(cell: Cell, out_dir, *, steps: int, eval_k: int,
-              pair_key: str | None = None) -> dict | None:
+              pair_key: str | None = None, record_dir=None) -> dict | None:
   """A finished cell's result, if one exists for the same step budget, eval k and (when
   ``pair_key`` is given) the same ``run_key``: a cell of an older pair or toy config is
-  run again."""
-  path = cell_path(cell, out_dir)
-  if not path.exists():
-    return None
-  res = json.loads(path.read_text())
-  same = (res.get("steps"), res.get("eval_k")) == (steps, eval_k)
-  return res if same and (pair_key is None or res.get("pair") == pair_key) else None
+  run again. Looked for in the cell's workdir, then in ``record_dir``."""
+  for path in [cell_path(cell, out_dir)] + ([record_path(cell, record_dir)] if record_dir
+                                            else []):
+    if not path.exists():
+      continue
+    res = json.loads(path.read_text())
+    same = (res.get("steps"), res.get("eval_k")) == (steps, eval_k)
+    if same and (pair_key is None or res.get("pair") == pair_key):
+      return res
+  return None
+
+
+def _record(cell: Cell, res: dict, record_dir) -> None:
+  if record_dir:
+    path = record_path(cell, record_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(res, indent=1) + "\n")
 
 
 def run_cells(cells, out_dir, *, steps: int, eval_k: int, jobs: int, cell_argv,
-              run_here=None, poll_s: float = 2.0, pair_key: str | None = None) -> dict:
+              run_here=None, poll_s: float = 2.0, pair_key: str | None = None,
+              record_dir=None) -> dict:
   """Runs every unfinished cell, ``jobs`` at a time; returns ``{slug: result}``.
 
   With ``jobs == 1`` each cell runs in this process through ``run_here(cell)``;
   otherwise each runs as the subprocess ``cell_argv(cell)`` (its log goes to
   ``<workdir>/cell.log``). A cell starts only after the cell it ``needs``. Finished cells
   are reused only for the same ``steps``, ``eval_k`` and ``pair_key`` (`load_cell`).
+  Each finished cell's result is also copied to ``record_dir`` (kept in the repository,
+  so the tables can be regenerated, and a benchmark continued, without the workdirs);
+  a recorded cell whose peer logs a pending replay cell needs is run again.
   A failed cell is logged and left out; the rest go on.
   """
-  results = {c.slug: r for c in cells
-             if (r := load_cell(c, out_dir, steps=steps, eval_k=eval_k, pair_key=pair_key))
-             is not None}
+  load = functools.partial(load_cell, out_dir=out_dir, steps=steps, eval_k=eval_k,
+                           pair_key=pair_key, record_dir=record_dir)
+  results = {c.slug: r for c in cells if (r := load(c)) is not None}
+  for c in cells:
+    if (c.slug not in results and c.needs in results
+        and not (pathlib.Path(out_dir) / c.needs / "peer_logs").is_dir()):
+      del results[c.needs]  # its logs are not here: train it again
   pending = [c for c in cells if c.slug not in results]
+  for c in cells:
+    if c.slug in results:
+      _record(c, results[c.slug], record_dir)
   planned = {c.slug for c in cells}
   failed: set[str] = {c.needs for c in pending
                       if c.needs and c.needs not in planned and c.needs not in results}
@@ -214,6 +241,7 @@ def run_cells(cells, out_dir, *, steps: int, eval_k: int, jobs: int, cell_argv,
       res = load_cell(cell, out_dir, steps=steps, eval_k=eval_k, pair_key=pair_key)
       if proc.returncode == 0 and res is not None:
         results[slug] = res
+        _record(cell, res, record_dir)
         log.info("%s done in %.0fs: %s", slug, time.perf_counter() - t0, res["pass1"])
       else:
         failed.add(slug)
@@ -236,6 +264,7 @@ def run_cells(cells, out_dir, *, steps: int, eval_k: int, jobs: int, cell_argv,
           log.exception("%s failed", cell.slug)
           failed.add(cell.slug)
           continue
+        _record(cell, results[cell.slug], record_dir)
         log.info("%s done in %.0fs: %s", cell.slug, time.perf_counter() - t0,
                  results[cell.slug]["pass1"])
       elif len(running) < jobs:

@@ -175,3 +175,41 @@ def test_figure_series_starts_at_the_initial_cell_and_averages_seeds():
   np.testing.assert_allclose(mean, [30.0, 40.0, 60.0])
   np.testing.assert_allclose(std, [np.sqrt(200.0), 0.0, np.sqrt(200.0)])  # ddof=1
   assert fig.series(res, "HACPO", "a") is None
+
+
+def test_finished_cells_are_recorded_and_reused_from_the_record(tmp_path):
+  cells = tb.plan_cells([0], {"GRPO n=8": "grpo8", "GRAFT": "graft"})
+  record = tmp_path / "record"
+
+  def run_here(cell, out):
+    if cell.label == tb.REPLAY:  # a replay reads the GRPO cell's peer logs
+      assert (out / cell.needs / "peer_logs").is_dir(), cell.slug
+    if cell.label == "GRPO n=8":
+      (out / cell.slug / "peer_logs").mkdir(parents=True)
+    order.append(cell.slug)
+    return _write(cell, out, {"a": 0.1 * len(order)})
+
+  order = []
+  first = tmp_path / "first"
+  res = tb.run_cells(cells, first, steps=3, eval_k=2, jobs=1, cell_argv=None, pair_key="k1",
+                     run_here=lambda c: run_here(c, first), record_dir=record)
+  assert sorted(p.relative_to(record).as_posix() for p in record.rglob("*.json")) == sorted(
+      f"{c.slug}.json" for c in cells)
+  assert json.loads((record / "s0" / "graft.json").read_text()) == res["s0/graft"]
+  # Another workdir (a fresh clone): nothing is trained again; the same results.
+  order.clear()
+  second = tmp_path / "second"
+  again = tb.run_cells(cells, second, steps=3, eval_k=2, jobs=1, cell_argv=None,
+                       pair_key="k1", run_here=lambda c: run_here(c, second), record_dir=record)
+  assert order == [] and again == res
+  # A replay cell still to run needs its GRPO cell's peer logs: that cell runs again first.
+  (record / "s0" / "replay_1.json").unlink()
+  tb.run_cells(cells, second, steps=3, eval_k=2, jobs=1, cell_argv=None, pair_key="k1",
+               run_here=lambda c: run_here(c, second), record_dir=record)
+  assert order == ["s0/grpo8", "s0/replay_1"]
+  # A record of another toy pair is not reused.
+  order.clear()
+  third = tmp_path / "third"
+  tb.run_cells(cells, third, steps=3, eval_k=2, jobs=1, cell_argv=None, pair_key="k2",
+               run_here=lambda c: run_here(c, third), record_dir=record)
+  assert len(order) == len(cells)
