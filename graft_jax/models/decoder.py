@@ -13,7 +13,8 @@ from flax import nnx
 
 from graft_jax.models.attention import ATTENTION_IMPLS
 from graft_jax.models.config import ModelConfig
-from graft_jax.models.layer_stack import REMAT_POLICIES, run_blocks
+from graft_jax.models import layer_storage
+from graft_jax.models.layer_stack import REMAT_POLICIES, run_blocks, scan_period, scan_stacks
 from graft_jax.models.layers import MLP, Attention, RMSNorm, param
 
 KVCache = tuple  # per layer: (k_BxKxHxS, v_BxKxSxH)
@@ -44,7 +45,8 @@ class Decoder(nnx.Module):
   (defaults to `param_dtype`; e.g. fp32 params with bf16 compute).
   `remat`, `scan_layers` and the attention implementation (see
   `set_memory_options`) change how `hidden` runs the blocks, never what it
-  computes; `score_tokens` bounds the tokens per pass of
+  computes. Blocks are `layers[i]` (per layer) or, under `scan_layers`,
+  `stacks[j]` (parameters stacked on a layer axis, `layer_storage`); `score_tokens` bounds the tokens per pass of
   `graft_jax.train.scoring.score_rows` and `kv_cache_bytes` the KV cache of
   one `graft_jax.rollout.JaxSamplerEngine` call.
   """
@@ -53,6 +55,7 @@ class Decoder(nnx.Module):
   scan_layers: bool = False
   score_tokens: int = 0
   kv_cache_bytes: int = 0
+  stacks: nnx.List | None = None
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, param_dtype=jnp.float32,
                dtype=None):
@@ -81,14 +84,17 @@ class Decoder(nnx.Module):
     if positions_BxT is None:
       positions_BxT = positions_from_mask(attn_mask_BxT)
     x_BxTxD = self.embed(ids_BxT)
-    return run_blocks(self.layers, x_BxTxD, positions_BxT, attn_mask_BxT, remat=self.remat,
-                      scan=self.scan_layers)
+    if self.stacks is not None:
+      return scan_stacks(self.stacks, x_BxTxD, positions_BxT, attn_mask_BxT, remat=self.remat)
+    return run_blocks(self.layers, x_BxTxD, positions_BxT, attn_mask_BxT, remat=self.remat)
 
   def set_memory_options(self, *, remat: str = "none", scan_layers: bool = False,
                          attention: str = "dense", attention_block: int = 512,
                          score_tokens: int = 0, kv_cache_bytes: int = 0) -> None:
     """Remat policy per block ('none' | 'full' | 'dots_saveable' | 'dots_no_batch'),
-    whether the blocks run under `jax.lax.scan` (`graft_jax.models.layer_stack`),
+    whether the blocks run under `jax.lax.scan` (`graft_jax.models.layer_stack`; their
+    parameters are then stored stacked on a layer axis, `layer_storage`, and turning
+    it off stores them per layer again),
     the attention of the forward pass and the sampler's prefill ('dense' |
     'blocked' in blocks of `attention_block` positions, `graft_jax.models.attention`)
     the scorer's tokens per pass (0: its fixed row chunks) and the sampler's
@@ -103,7 +109,12 @@ class Decoder(nnx.Module):
                        f"{attention_block}, {score_tokens}, {kv_cache_bytes}")
     self.remat, self.scan_layers = remat, bool(scan_layers)
     self.score_tokens, self.kv_cache_bytes = int(score_tokens), int(kv_cache_bytes)
-    for block in self.layers:
+    if self.scan_layers and self.stacks is None:
+      period = scan_period([nnx.split(b)[0] for b in self.layers])
+      self.stacks, self.layers = layer_storage.stack_blocks(self.layers, period), None
+    elif not self.scan_layers and self.stacks is not None:
+      self.layers, self.stacks = layer_storage.unstack_blocks(self.stacks), None
+    for block in self.layers if self.stacks is None else self.stacks:
       block.attn.attention_impl, block.attn.attention_block = attention, int(attention_block)
 
   def forward_cached(self, ids_BxT, positions_BxT, kv_mask_BxS, cache: KVCache,
@@ -117,7 +128,8 @@ class Decoder(nnx.Module):
     """
     x_BxTxD = self.embed(ids_BxT)
     new_cache = []
-    for block, layer_cache in zip(self.layers, cache):
+    for i, layer_cache in enumerate(cache):
+      block = self.block(i)
       x_BxTxD, layer_cache = block(x_BxTxD, positions_BxT, kv_mask_BxS.astype(bool),
                                    layer_cache, cache_index)
       new_cache.append(layer_cache)
@@ -129,7 +141,11 @@ class Decoder(nnx.Module):
     """Per layer (k_BxKxHxS, v_BxKxSxH) zeros: the layouts `Attention` reads them in."""
     k, h, dt = self.cfg.num_kv_heads, self.cfg.head_dim, dtype or self.dtype
     return tuple((jnp.zeros((batch, k, h, max_len), dt), jnp.zeros((batch, k, max_len, h), dt))
-                 for _ in self.layers)
+                 for _ in range(self.cfg.num_layers))
+
+  def block(self, i: int) -> Block:
+    """Block i, whichever storage holds it (a stacked one is sliced out)."""
+    return self.layers[i] if self.stacks is None else layer_storage.layer_block(self.stacks, i)
 
   def embed(self, ids_BxT):
     return jnp.take(self.embedding_VxD[...], ids_BxT, axis=0).astype(self.dtype)

@@ -20,7 +20,7 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from graft_jax import distributed
-from graft_jax.models import hf_keys
+from graft_jax.models import hf_keys, layer_storage
 from graft_jax.models.config import ModelConfig, UnsupportedConfigError
 from graft_jax.models.decoder import Decoder
 
@@ -133,11 +133,11 @@ def _load_tensor(f, file: Path, key: str, flat: dict, loaded: set, cfg: ModelCon
 def hf_tensors(model: Decoder, *, dtype=None) -> dict[str, np.ndarray]:
   """The model's parameters as HF-named host arrays (optionally cast)."""
   out = {}
-  for path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param)):
-    key, layout = hf_keys.nnx_to_hf(_path_str(path))
+  for path, value in layer_storage.per_layer_params(model):
+    key, layout = hf_keys.nnx_to_hf(path)
     # Gathered from every process when the mesh spans several (never device_get of
     # an array this process cannot address).
-    array = distributed.to_host(variable.get_value())
+    array = distributed.to_host(value)
     if dtype is not None:
       array = array.astype(np.dtype(dtype))
     out[key] = np.ascontiguousarray(layout.to_hf(array, array.shape))

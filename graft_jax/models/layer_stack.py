@@ -1,12 +1,11 @@
 """Running the decoder's blocks: unrolled or under ``jax.lax.scan``, each with optional remat.
 
-Parameters stay stored per layer (the HF key mapping is untouched). For the
-scan, blocks are grouped by their period: the smallest p with block i built
-like block i mod p (p = 1 for Qwen3 and Llama, p = 4 for SmolLM3, whose every
-4th layer is NoPE). The p blocks of one period form the scan body, and the
-i-th block of every period is stacked on a leading axis inside the trace, so
-the body compiles once however deep the model is (the stacked copy of the
-layer weights is a temporary of the compiled program).
+For the scan, blocks are grouped by their period: the smallest p with block i
+built like block i mod p (p = 1 for Qwen3 and Llama, p = 4 for SmolLM3, whose
+every 4th layer is NoPE). The p blocks of one period form the scan body, and
+the scan runs over parameters stored stacked over periods
+(``graft_jax.models.layer_storage``), so the body compiles once however deep
+the model is and the gradient comes out stacked too.
 
 Remat (``jax.checkpoint``) on a block keeps only what the policy saves and
 recomputes the rest in the backward pass:
@@ -57,26 +56,26 @@ def _period_fn(graphdefs, remat: str):
   return run
 
 
-def run_blocks(blocks, x_BxTxD, positions_BxT, kv_mask_BxT, *, remat: str = "none",
-               scan: bool = False):
-  """x after every block in order; the same function of the inputs in all four modes."""
+def run_blocks(blocks, x_BxTxD, positions_BxT, kv_mask_BxT, *, remat: str = "none"):
+  """x after every block of per-layer storage, in order, each under the remat policy."""
   blocks = list(blocks)
-  if remat == "none" and not scan:
+  if remat == "none":
     for block in blocks:
       x_BxTxD, _ = block(x_BxTxD, positions_BxT, kv_mask_BxT)
     return x_BxTxD
   split = [nnx.split(b) for b in blocks]
-  graphdefs = [g for g, _ in split]
-  states = [s for _, s in split]
-  if not scan:
-    return _period_fn(graphdefs, remat)(states, x_BxTxD, positions_BxT, kv_mask_BxT)
-  p = scan_period(graphdefs)
-  body = _period_fn(graphdefs[:p], remat)
-  # stacked[j]: block j of every period, stacked over periods.
-  stacked = [jax.tree.map(lambda *xs: jax.numpy.stack(xs), *states[j::p]) for j in range(p)]
+  return _period_fn([g for g, _ in split], remat)([s for _, s in split], x_BxTxD,
+                                                   positions_BxT, kv_mask_BxT)
+
+
+def scan_stacks(stacks, x_BxTxD, positions_BxT, kv_mask_BxT, *, remat: str = "none"):
+  """x after every block of stacked storage (``layer_storage.stack_blocks``): one
+  ``jax.lax.scan`` step per period, over the stacked parameters as stored."""
+  split = [nnx.split(s) for s in stacks]
+  body = _period_fn([g for g, _ in split], remat)
 
   def step(x, period_states):
     return body(period_states, x, positions_BxT, kv_mask_BxT), None
 
-  x_BxTxD, _ = jax.lax.scan(step, x_BxTxD, stacked)
+  x_BxTxD, _ = jax.lax.scan(step, x_BxTxD, [s for _, s in split])
   return x_BxTxD

@@ -22,10 +22,9 @@ import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
-from flax import nnx
 
 from graft_jax import distributed
-from graft_jax.models import hf_keys, token_logprobs_jit
+from graft_jax.models import hf_keys, layer_storage, token_logprobs_jit
 
 _SAVE_DTYPES = {"bfloat16": jnp.bfloat16, "float16": jnp.float16, "float32": jnp.float32,
                 "auto": None}
@@ -46,9 +45,8 @@ def serving_plan(model, dtype: str = "auto") -> list[tuple[str, str, jax.Array, 
   """``(hf_key, layout, parameter, hf_shape, served dtype)`` per tensor, each parameter once;
   a tied embedding is listed once (``write_weights`` adds the head's copy)."""
   out = []
-  for path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param)):
-    key, layout = hf_keys.nnx_to_hf(".".join(str(p) for p in path))
-    value = variable.get_value()
+  for path, value in layer_storage.per_layer_params(model):
+    key, layout = hf_keys.nnx_to_hf(path)
     served = np.dtype(_SAVE_DTYPES[dtype] or value.dtype)
     out.append((key, layout.name, value, layout.hf_shape(value.shape), served))
   return out

@@ -24,6 +24,7 @@ DEFAULT_RULES: tuple[tuple[str, Physical], ...] = (
     ("head_dim", None),
     ("norm", None),
     ("length", None),
+    ("layers", None),  # the leading axis of stacked block weights (models.layer_storage)
 )
 
 

@@ -43,6 +43,8 @@ def check(path: str, meshes, with_sampler: bool) -> None:
       if got.sharding != sh or not np.array_equal(np.asarray(got), np.asarray(want)):
         sys.exit(f"load_hf(mesh=...) placed {got.sharding} instead of {sh} on mesh {shape}")
     print(f"{path} {shape} load_hf placed every tensor")
+    if with_sampler:
+      check_stacked(path, mesh, ids, mask)
     assert any(len(leaf.sharding.device_set) == 8 and not leaf.sharding.is_fully_replicated
                for leaf in jax.tree.leaves(sharded_state)), "nothing was sharded"
     for fn, name in [(forward, "forward"), (logprobs, "logprobs")]:
@@ -62,6 +64,26 @@ def check(path: str, meshes, with_sampler: bool) -> None:
     if not np.array_equal(plain.tokens_BxL, sharded.tokens_BxL):
       sys.exit(f"sampler differs on mesh {shape}")
     print(f"{path} {shape} sampler equal")
+
+
+def check_stacked(path: str, mesh, ids, mask) -> None:
+  """Stacking the blocks of a model loaded onto the mesh keeps every weight where the
+  rules put it (the layer axis replicated) and the logits unchanged."""
+  model = load_hf(path, mesh=mesh)[0]
+  want = np.asarray(model(ids, mask))
+  model.set_memory_options(scan_layers=True)
+  state = nnx.state(model)
+  for leaf, sh in zip(*(jax.tree.leaves(t) for t in (state, state_shardings(state, mesh)))):
+    if leaf.sharding != sh:
+      sys.exit(f"stacked weight placed {leaf.sharding} instead of {sh}")
+  assert any(not leaf.sharding.is_fully_replicated and leaf.ndim == 4
+             for leaf in jax.tree.leaves(nnx.state(model.stacks))), "no stacked weight sharded"
+  graphdef = nnx.graphdef(model)
+  got = np.asarray(jax.jit(lambda st: nnx.merge(graphdef, st)(ids, mask))(state))
+  diff = float(np.abs(got - want).max())
+  print(f"{path} stacked on {dict(mesh.shape)} max|diff|={diff:.2e}")
+  if diff > 1e-5 * max(1.0, float(np.abs(want).max())):
+    sys.exit(f"stacked forward differs: {diff}")
 
 
 def main(paths: list[str]) -> None:

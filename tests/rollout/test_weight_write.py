@@ -48,3 +48,13 @@ def test_transformers_opens_the_served_folder_with_the_same_logits(ckpt, tmp_pat
   served = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
   ids = tiny_hf.random_ids(2, 40, seed=5)
   np.testing.assert_array_equal(tiny_hf.hf_logits(served, ids), tiny_hf.hf_logits(ckpt.hf_model, ids))
+
+
+def test_a_model_with_stacked_blocks_serves_the_same_bytes(ckpt, tmp_path):
+  model, _ = load_hf(ckpt.path)
+  vllm_sync.write_weights(model, tmp_path / "per_layer", "bfloat16")
+  model.set_memory_options(scan_layers=True)  # blocks stored on a layer axis
+  assert model.stacks is not None
+  vllm_sync.write_weights(model, tmp_path / "stacked", "bfloat16")
+  assert ((tmp_path / "stacked" / "model.safetensors").read_bytes()
+          == (tmp_path / "per_layer" / "model.safetensors").read_bytes())
