@@ -269,6 +269,9 @@ class TrainConfig:
   # Memory (graft_jax.train.microbatch, graft_jax.models.decoder; launch/plan.py
   # says which settings fit a device). 0 = the whole minibatch in one pass.
   micro_batch_tokens: int = 0  # per device, per gradient micro-batch (rows x padded length)
+  # Micro-batches packed by length (graft_jax.train.length_packing); False: equal
+  # micro-batches of the padded length under one scan.
+  pack_by_length: bool = True
   remat: str = 'none'  # per decoder block: 'none' | 'full' | 'dots_saveable' | 'dots_no_batch'
   scan_layers: bool = False  # one compiled block under jax.lax.scan (flat compile time)
   # Forward / prefill attention (graft_jax.models.attention): 'dense' forms the T x T

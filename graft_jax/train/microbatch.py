@@ -31,6 +31,7 @@ import optax
 
 from graft_jax.distributed import to_global
 from graft_jax.sharding import batch_shards, batch_sharding
+from graft_jax.train import length_packing
 from graft_jax.train.update import loss_fn, to_device_batch, update_minibatch
 
 # Metrics that are already divided by whole-minibatch counts: micro-batches add up.
@@ -130,12 +131,97 @@ def compiled_update(policy, spec):
   return policy.compiled[spec]
 
 
+def micro_grads(params, acc, mb, update_index, *, graphdef, spec):
+  """``acc`` plus one micro-batch's fp32 gradient (its sums over the minibatch's
+  counts, which ``mb`` carries), and its metrics."""
+  (loss, metrics), g = jax.value_and_grad(loss_fn, has_aux=True)(
+      params, mb, graphdef, spec, update_index)
+  return jax.tree.map(lambda a, x: a + x.astype(jnp.float32), acc, g), dict(metrics, loss=loss)
+
+
+def apply_grads(params, opt_state, grads, *, tx):
+  """One optimizer step with the accumulated gradient."""
+  grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
+  updates, opt_state = tx.update(grads, opt_state, params)
+  return optax.apply_updates(params, updates), opt_state, optax.tree.norm(grads)
+
+
+def packed_programs(policy, spec):
+  """The policy's (per-micro-batch gradient, optimizer step) programs for ``spec``,
+  built once; jit compiles the first one once per micro-batch shape (R, L)."""
+  key = ("packed", spec)
+  if key not in policy.compiled:
+    kw_grad, kw_apply = {}, {}
+    if policy.mesh is not None:
+      replicated = jax.sharding.NamedSharding(policy.mesh, jax.sharding.PartitionSpec())
+      kw_grad["out_shardings"] = (policy.param_sharding, replicated)
+      kw_apply["out_shardings"] = (policy.param_sharding, policy.opt_sharding, replicated)
+    policy.compiled[key] = (
+        jax.jit(functools.partial(micro_grads, graphdef=policy.graphdef, spec=spec),
+                donate_argnums=(1,), **kw_grad),
+        jax.jit(functools.partial(apply_grads, tx=policy.tx), donate_argnums=(0, 1, 2),
+                **kw_apply))
+  return policy.compiled[key]
+
+
+def packed_update(policy, params, opt_state, batch: dict, update_index, spec, *,
+                  micro_batch_tokens: int):
+  """One optimizer step over micro-batches packed by length
+  (``graft_jax.train.length_packing``): the fp32 gradient is accumulated over them
+  (`packed_grads`), then one optimizer step runs."""
+  mesh = policy.mesh
+  with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
+    if mesh is not None:
+      # A no-op when already placed; state restored from a checkpoint may not be.
+      params = jax.device_put(params, policy.param_sharding)
+      opt_state = jax.device_put(opt_state, policy.opt_sharding)
+    else:  # committed, as the programs' outputs are: the next step reuses their compiles
+      device = next(iter(jax.tree.leaves(params)[0].devices()))
+      params, opt_state = jax.device_put((params, opt_state), device)
+    grads, metrics = packed_grads(policy, params, batch, update_index, spec,
+                                  micro_batch_tokens=micro_batch_tokens)
+    params, opt_state, grad_norm = packed_programs(policy, spec)[1](params, opt_state, grads)
+  return params, opt_state, dict(metrics, grad_norm=grad_norm)
+
+
+def packed_grads(policy, params, batch: dict, update_index, spec, *, micro_batch_tokens: int):
+  """(fp32 gradient of the minibatch's loss, its metrics), summed over micro-batches
+  packed by length; each divides its sums by the whole minibatch's counts, so the sum
+  is the unsplit gradient."""
+  mesh = policy.mesh
+  shards = batch_shards(mesh) if mesh is not None else 1
+  lengths_B = np.asarray(batch["attn"]).sum(axis=1)
+  plan = length_packing.plan_micro_batches(lengths_B, batch["ids"].shape[1],
+                                           micro_batch_tokens, shards)
+  by_rows = spec.kind == "hacpo"
+  totals = {k: np.float32(v) for k, v in minibatch_totals(batch).items()}
+  mask_BxT = np.asarray(batch["resp_mask"], np.float32) * (
+      1.0 if by_rows else np.asarray(batch["ppo"], np.float32)[:, None])
+  units_B = (mask_BxT.sum(axis=1) > 0) if by_rows else mask_BxT.sum(axis=1)
+  share_M = np.asarray([units_B[idx].sum() for idx, _, _ in plan], np.float32)
+  share_M /= max(float(share_M.sum()), 1.0)
+  grad_fn = packed_programs(policy, spec)[0]
+  acc = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32, device=p.sharding), params)
+  metrics_M = []
+  for idx, rows, length in plan:
+    mb = length_packing.gather_micro_batch(batch, idx, rows, length)
+    if mesh is not None:
+      # Each process hands over only the rows its devices hold (graft_jax.distributed).
+      mb = {k: to_global(v, batch_sharding(mesh, ndim=v.ndim)) for k, v in mb.items()}
+    acc, metrics = grad_fn(params, acc, dict(mb, **totals), update_index)
+    metrics_M.append(metrics)
+  stacked = {k: jnp.stack([m[k] for m in metrics_M]) for k in metrics_M[0]}
+  return acc, combine_metrics(stacked, jnp.asarray(share_M))
+
+
 def update(policy, params, opt_state, batch: dict, update_index, spec, *,
-           micro_batch_tokens: int = 0):
+           micro_batch_tokens: int = 0, pack_by_length: bool = False):
   """One optimizer step on a host minibatch; ``params`` and ``opt_state`` are donated.
 
   Without a mesh and with the minibatch under the budget this is the plain
-  ``update_minibatch`` (one program, unchanged numerics).
+  ``update_minibatch`` (one program, unchanged numerics). Otherwise the minibatch is
+  cut by ``micro_batch_tokens``: packed by length (``packed_update``) or, without
+  ``pack_by_length``, into equal micro-batches of the padded length under one scan.
   """
   b, t = batch["ids"].shape
   mesh = policy.mesh
@@ -144,6 +230,9 @@ def update(policy, params, opt_state, batch: dict, update_index, spec, *,
   if mesh is None and rows >= b:
     return update_minibatch(params, opt_state, to_device_batch(batch), update_index,
                             graphdef=policy.graphdef, tx=policy.tx, spec=spec)
+  if pack_by_length and micro_batch_tokens > 0:
+    return packed_update(policy, params, opt_state, batch, update_index, spec,
+                         micro_batch_tokens=micro_batch_tokens)
   micro = split_minibatch(batch, rows, by_rows=spec.kind == "hacpo")
   if mesh is not None:
     # Each process hands over only the rows its devices hold (graft_jax.distributed).

@@ -55,7 +55,8 @@ def run_updates(policy, rows, g: int, cfg, key, method=None) -> dict:
       batch = pack_minibatch(rows, idx, policy.pad_id, multiple=bucket_length(longest, cap))
       params, opt_state, m = microbatch.update(policy, params, opt_state, batch,
                                                np.int32(len(per_update)), spec,
-                                               micro_batch_tokens=cfg.micro_batch_tokens)
+                                               micro_batch_tokens=cfg.micro_batch_tokens,
+                                               pack_by_length=cfg.pack_by_length)
       per_update.append(m)  # read once at the end: packing the next minibatch overlaps this one
   policy.set_params(params, opt_state)
   updates, sums = len(per_update), {}

@@ -16,7 +16,7 @@ CFG = ModelConfig(model_type="qwen3", vocab_size=61, hidden_size=32, intermediat
                   num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16, qk_norm=True)
 
 
-def graft_rows(rng, sgt=False):
+def graft_rows(rng, sgt=False, max_response=30):
   """Two own groups, two grafted ones (gate weights < 1, one response dropped), ragged lengths."""
   rows = Rows()
   for g in range(4):
@@ -24,7 +24,7 @@ def graft_rows(rng, sgt=False):
     adv = rng.normal(size=N)
     for j in range(N):
       prompt = rng.integers(1, 61, rng.integers(3, 9)).tolist()
-      resp = rng.integers(1, 61, rng.integers(2, 30)).tolist()
+      resp = rng.integers(1, 61, rng.integers(2, max_response)).tolist()
       kind = KIND_SGT if (sgt and g == 3 and j == 0) else 0
       rows.add(prompt, resp, g, adv=adv[j], weight=rng.uniform(0.8, 1.0) if grafted else 1.0,
                keep=not (g == 3 and j == 2), grafted=grafted, kind=kind, is_self=not grafted,

@@ -1,0 +1,109 @@
+"""Micro-batches packed by length: every row once, within the token budget, from a small
+fixed set of shapes; the packed update equals the unsplit one (fp32, 1e-6) and a new
+mix of lengths compiles nothing new."""
+
+import types
+
+import jax
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+from hypothesis import given, settings, strategies as st
+
+from graft_jax.train import length_packing, microbatch
+from graft_jax.train.rows import pack_minibatch
+from graft_jax.train.update import LossSpec, loss_fn, to_device_batch
+from tests.train.test_microbatch import CFG, graft_rows
+
+
+def test_length_bucket_is_the_next_power_of_two_multiple():
+  got = length_packing.length_bucket([1, 64, 65, 128, 129, 300, 700], t=640)
+  assert got.tolist() == [64, 64, 128, 128, 256, 512, 640]  # capped at T
+
+
+@settings(max_examples=80, deadline=None)
+@given(lengths=st.lists(st.integers(1, 900), min_size=1, max_size=70),
+       budget=st.sampled_from([0, 100, 256, 1000, 4096]), shards=st.sampled_from([1, 2, 4]))
+def test_plan_covers_every_row_once_within_the_budget(lengths, budget, shards):
+  t = 960
+  plan = length_packing.plan_micro_batches(lengths, t, budget, shards)
+  rows = np.concatenate([idx for idx, _, _ in plan])
+  assert sorted(rows.tolist()) == list(range(len(lengths)))
+  cap = -(-len(lengths) // shards)
+  for idx, r, length in plan:
+    assert 0 < len(idx) <= r and r % shards == 0
+    assert max(lengths[i] for i in idx) <= length <= t
+    per_device = r // shards
+    assert per_device == min(max(1, budget // length), cap)  # the shape depends on L only
+    assert per_device == 1 or per_device * length <= budget or per_device == cap
+  # Longest rows first: each micro-batch's first row is at least as long as any later row.
+  firsts = [lengths[idx[0]] for idx, _, _ in plan]
+  assert firsts == sorted(firsts, reverse=True)
+
+
+def test_short_rows_share_a_micro_batch_and_each_is_cut_to_its_length():
+  lengths = [500, 40, 60, 30, 120, 50]
+  plan = length_packing.plan_micro_batches(lengths, 512, budget_tokens=512)
+  # 500 alone (L=512 -> 1 row); 120 opens an L=128 batch of 4 rows; the last one at L=64.
+  assert [(idx.tolist(), r, length) for idx, r, length in plan] == [
+      ([0], 1, 512), ([4, 2, 5, 1], 4, 128), ([3], 6, 64)]
+  batch = {"ids": np.arange(6 * 512).reshape(6, 512), "attn": np.ones((6, 512), bool),
+           "adv": np.arange(6, dtype=np.float32)}
+  mb = length_packing.gather_micro_batch(batch, plan[2][0], 6, 64)
+  assert mb["ids"].shape == (6, 64) and mb["adv"].shape == (6,)
+  assert mb["ids"][0, 0] == 3 * 512 and not mb["attn"][1:].any()
+
+
+def _policy(graphdef, tx):
+  return types.SimpleNamespace(graphdef=graphdef, tx=tx, compiled={}, mesh=None,
+                               param_sharding=None, opt_sharding=None)
+
+
+@pytest.mark.parametrize("spec,budget,sgt", [
+    (LossSpec(), 256, False),  # groups cut across micro-batches of different lengths
+    (LossSpec(ratio_level="sequence"), 300, False),
+    (LossSpec(sgt_coef=0.1), 256, True),
+    (LossSpec(kind="hacpo", kl_coef=1e-3), 256, False),
+], ids=["graft", "sequence", "sgt", "hacpo"])
+def test_packed_gradient_equals_the_unsplit_gradient(spec, budget, sgt):
+  rng = np.random.default_rng(0)
+  graphdef, params = nnx.split(_model())
+  rows = graft_rows(rng, sgt, max_response=150)  # 5 to 158 tokens: buckets 64, 128, 256
+  batch = pack_minibatch(rows, np.arange(len(rows)), pad_id=0)
+  (want_loss, _), want = jax.jit(lambda p, b: jax.value_and_grad(loss_fn, has_aux=True)(
+      p, b, graphdef, spec, 1))(params, to_device_batch(batch))
+  plan = length_packing.plan_micro_batches(batch["attn"].sum(1), batch["ids"].shape[1], budget)
+  assert len(plan) > 2 and len({length for _, _, length in plan}) > 1
+  got, metrics = microbatch.packed_grads(_policy(graphdef, None), params, batch, 1, spec,
+                                         micro_batch_tokens=budget)
+  # Cutting a row to a shorter padded length changes XLA's shapes and so its rounding:
+  # the same row's log-probs at T = 64 and T = 192 differ by up to 4.8e-7 (one ulp of
+  # values near 4), which moves the loss by a few 1e-7 of its value.
+  np.testing.assert_allclose(float(metrics["loss"]), float(want_loss), rtol=1e-5)
+  scale = max(float(np.abs(w).max()) for w in jax.tree.leaves(want))
+  assert scale > 1e-4  # a real gradient, not zeros
+  for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=0, atol=1e-6 * scale)
+
+
+def _model():
+  from graft_jax.models import init_model
+  return init_model(CFG, rngs=nnx.Rngs(1))
+
+
+def test_a_new_mix_of_lengths_compiles_nothing_new():
+  graphdef, params = nnx.split(_model())
+  tx = optax.sgd(1e-3)
+  policy = _policy(graphdef, tx)
+  opt = tx.init(params)
+  spec = LossSpec()
+  for seed in range(3):  # other lengths, the same buckets (the batch is all short rows)
+    rows = graft_rows(np.random.default_rng(seed))
+    batch = pack_minibatch(rows, np.arange(len(rows)), pad_id=0)
+    params, opt, _ = microbatch.update(policy, params, opt, batch, 0, spec,
+                                       micro_batch_tokens=96, pack_by_length=True)
+    grad_fn, apply_fn = policy.compiled[("packed", spec)]
+    if seed == 0:
+      compiled = grad_fn._cache_size(), apply_fn._cache_size()
+  assert (grad_fn._cache_size(), apply_fn._cache_size()) == compiled
