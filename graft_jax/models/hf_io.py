@@ -150,10 +150,20 @@ def save_hf(model: Decoder, config: ModelConfig, tokenizer, out_dir: str | os.Pa
   and, when `tokenizer` is not None, its files via `save_pretrained`.
 
   `dtype` (e.g. jnp.bfloat16) casts the saved weights; default: as stored.
+  Collective under several processes: each gathers the weights it does not hold,
+  process 0 alone writes, and all return once the folder is complete.
   """
   out = Path(out_dir)
-  out.mkdir(parents=True, exist_ok=True)
   tensors = hf_tensors(model, dtype=dtype)
+  if distributed.is_writer():
+    _write_folder(tensors, config, tokenizer, out, max_shard_bytes)
+  distributed.sync("save_hf")
+  return out
+
+
+def _write_folder(tensors: dict, config: ModelConfig, tokenizer, out: Path,
+                  max_shard_bytes: int) -> None:
+  out.mkdir(parents=True, exist_ok=True)
   # Keys in table order, so shards hold whole layers in sequence.
   shards: list[dict[str, np.ndarray]] = [{}]
   size = 0
@@ -182,4 +192,3 @@ def save_hf(model: Decoder, config: ModelConfig, tokenizer, out_dir: str | os.Pa
                                               indent=2))
   if tokenizer is not None:
     tokenizer.save_pretrained(str(out))
-  return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import socket
 import pathlib
 
 from graft_jax import data
@@ -32,7 +33,8 @@ def check_workdir(cfg) -> None:
   """Writes, syncs and removes a probe file in the workdir, so a read-only or full disk
   stops the run before a model loads."""
   workdir = pathlib.Path(cfg.workdir)
-  probe = workdir / f".write-probe-{os.getpid()}"
+  # Named by host and pid: processes of a multi-node run share the workdir.
+  probe = workdir / f".write-probe-{socket.gethostname()}-{os.getpid()}"
   try:
     workdir.mkdir(parents=True, exist_ok=True)
     with open(probe, "wb") as f:

@@ -16,6 +16,7 @@ import sys
 
 import jax
 import numpy as np
+from safetensors.numpy import load_file
 
 
 @dataclasses.dataclass
@@ -40,11 +41,19 @@ def weights_written_alike(folder: pathlib.Path, mesh_cfg) -> bool:
   embed = model.embedding_VxD
   assert not embed.get_value().is_fully_addressable and not embed.get_value().is_fully_replicated
   vllm_sync.write_weights(model, folder / "sharded", "bfloat16", bucket_bytes=1)
+  # save_hf is collective: each process names its own folder, and only process 0's
+  # may exist when it returns.
   from graft_jax import distributed
+  from graft_jax.models import save_hf
+  save_hf(model, cfg, None, folder / f"hf_{jax.process_index()}", dtype=jax.numpy.bfloat16)
   if not distributed.is_writer():
     return True  # process 1 wrote nothing; process 0 compares the files
+  hf = load_file(folder / "hf_0" / "model.safetensors")
+  served = load_file(folder / "local" / "model.safetensors")
   return ((folder / "local" / "model.safetensors").read_bytes()
-          == (folder / "sharded" / "model.safetensors").read_bytes())
+          == (folder / "sharded" / "model.safetensors").read_bytes()
+          and not (folder / "hf_1").exists()
+          and all(np.array_equal(hf[k], served[k]) for k in hf) and len(hf) == len(served) - 1)
 
 
 def main(process_id: int, port: int, out: str) -> None:
