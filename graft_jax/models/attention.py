@@ -10,7 +10,9 @@ Query t of a row attends to keys s <= t whose ``kv_mask_BxS[b, s]`` is True
 and a query that sees no key (a left pad: V(t) empty) outputs 0 in both
 implementations, so they agree at every position.
 
-``dense_attention`` forms the B x N x T x T fp32 scores at once. ``blocked_attention``
+``dense_attention`` forms the B x N x T x T fp32 scores at once; ``fused_attention``
+hands right-padded rows to ``jax.nn.dot_product_attention`` (cuDNN's fused kernel on
+a GPU, no T x T scores in memory; XLA's dense path elsewhere). ``blocked_attention``
 walks query blocks and, inside each, the key blocks it can see (the causal
 future is skipped), keeping a running max m, normaliser l and output
 accumulator (the online softmax of FlashAttention, arXiv 2205.14135):
@@ -35,7 +37,7 @@ import jax.numpy as jnp
 
 # Large but finite, so a max over fully masked scores stays finite.
 MASK_VALUE = -1e30
-ATTENTION_IMPLS = ("dense", "blocked")
+ATTENTION_IMPLS = ("dense", "blocked", "fused")
 
 
 def visible_BxT(kv_mask_BxS, t: int):
@@ -176,11 +178,31 @@ def _flash_bwd(bs, res, dout):
 _flash.defvjp(_flash_fwd, _flash_bwd)
 
 
+def fused_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT):
+  """``jax.nn.dot_product_attention``: cuDNN's fused kernel on a GPU where it applies
+  (bf16 / fp16), XLA elsewhere. For **right-padded** rows only (each row's mask a
+  prefix, as the update's and the scorer's rows are): keys are limited by each row's
+  length n_b, ``key_value_seq_lengths``, so query t sees keys s <= min(t, n_b - 1).
+  The real positions t < n_b get `dense_attention`'s values; a pad query attends to the
+  row's real keys (an all-pad row to its first slot) instead of giving 0, and no loss
+  reads it."""
+  b, t, kv, g, h = q_BxTxKxGxH.shape
+  lengths_B = jnp.maximum(kv_mask_BxT.astype(jnp.int32).sum(axis=1), 1)
+  # Query head n = k * G + j shares kv head k: the grouping dot_product_attention uses.
+  out_BxTxNxH = jax.nn.dot_product_attention(
+      q_BxTxKxGxH.reshape(b, t, kv * g, h), k_BxTxKxH, v_BxTxKxH, is_causal=True,
+      key_value_seq_lengths=lengths_B)
+  return out_BxTxNxH.reshape(b, t, kv, g, h)
+
+
 def attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT, *, impl: str = "dense",
               block: int = 512):
-  """Causal self-attention by ``impl`` ('dense' | 'blocked'); see the module docstring."""
+  """Causal self-attention by ``impl`` ('dense' | 'blocked' | 'fused', the last for
+  right-padded rows only); see the module docstring."""
   if impl == "dense":
     return dense_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT)
   if impl == "blocked":
     return blocked_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT, block=block)
+  if impl == "fused":
+    return fused_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT)
   raise ValueError(f"attention impl must be one of {ATTENTION_IMPLS}, got {impl!r}")

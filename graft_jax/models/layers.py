@@ -129,8 +129,11 @@ class Attention(nnx.Module):
           v_cache, v_BxTxKxH.transpose(0, 2, 1, 3).astype(v_cache.dtype), (0, 0, cache_index, 0))
       cache = (k_BxKxHxS, v_BxKxSxH)
     if fresh and (cache is None or self.attention_impl != "dense"):
+      # The sampler's prefill rows are left-padded: 'fused' takes right padding only.
+      impl = "blocked" if cache is not None and self.attention_impl == "fused" else (
+          self.attention_impl)
       out_BxTxKxGxH = attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxS[:, :t],
-                                impl=self.attention_impl, block=self.attention_block)
+                                impl=impl, block=self.attention_block)
     else:
       out_BxTxKxGxH = self._cached(q_BxTxKxGxH, cache, kv_mask_BxS, cache_index, dt)
     out_BxTxNxH = out_BxTxKxGxH.reshape(b, t, n, h)

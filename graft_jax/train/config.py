@@ -275,7 +275,9 @@ class TrainConfig:
   remat: str = 'none'  # per decoder block: 'none' | 'full' | 'dots_saveable' | 'dots_no_batch'
   scan_layers: bool = False  # one compiled block under jax.lax.scan (flat compile time)
   # Forward / prefill attention (graft_jax.models.attention): 'dense' forms the T x T
-  # scores (fastest at small T); 'blocked' holds one block of them at a time.
+  # scores (fastest at small T); 'blocked' holds one block of them at a time; 'fused'
+  # is jax.nn.dot_product_attention (cuDNN on GPUs) for the right-padded update and
+  # scoring rows, 'blocked' for the sampler's prefill.
   attention_impl: str = 'dense'
   attention_block: int = 512  # positions per query / key block of 'blocked'
 

@@ -32,7 +32,7 @@ _ENUMS = {
     'graft.gate': ('on', 'off'),
     'graft.ratio_level': ('token', 'sequence'),
     'remat': ('none', 'full', 'dots_saveable', 'dots_no_batch'),
-    'attention_impl': ('dense', 'blocked'),
+    'attention_impl': ('dense', 'blocked', 'fused'),
     'vllm.dtype': ('bfloat16', 'float16', 'float32', 'auto'),
     'vllm.weight_sync': ('reload', 'nccl', 'ipc'),
 }

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from graft_jax.models import layer_storage, token_logprobs
+from graft_jax.models import token_logprobs
 from graft_jax.models.attention import blocked_attention, dense_attention
 from graft_jax.models.config import ModelConfig
 from graft_jax.models.decoder import init_model
 from graft_jax.rollout.sampler import prefill
+from tests.models.model_grads import nll_and_grads
 
 # GQA 4:2 with a NoPE layer (SmolLM3's pattern), and GQA 4:1 with q/k norm (Qwen3).
 SMOLLM3 = ModelConfig(model_type="smollm3", vocab_size=97, hidden_size=32, intermediate_size=48,
@@ -51,18 +52,7 @@ def test_blocked_logits_equal_dense(cfg, side):
 
 @functools.lru_cache(maxsize=None)
 def _loss_and_grads(cfg, impl, remat="none", scan=False):
-  model = _model(cfg, impl, remat=remat, scan_layers=scan)
-  graphdef, state = nnx.split(model)
-  ids, mask = _batch("left")
-
-  def loss(state):
-    logp = token_logprobs(nnx.merge(graphdef, state), ids, mask)
-    return -(logp * mask).sum() / mask.sum()
-
-  value, grads = jax.jit(jax.value_and_grad(loss))(state)
-  # Per-layer paths whichever storage the model uses (scan stacks the blocks).
-  return float(value), {k: np.asarray(g) for k, g in
-                        layer_storage.per_layer_params(nnx.merge(graphdef, grads))}
+  return nll_and_grads(_model(cfg, impl, remat=remat, scan_layers=scan), *_batch("left"))
 
 
 @pytest.mark.parametrize("cfg,remat,scan", [(SMOLLM3, "full", True), (QWEN3, "none", False)],

@@ -2,16 +2,15 @@
 
 import functools
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
-from graft_jax.models import layer_storage, token_logprobs
 from graft_jax.models.config import ModelConfig
 from graft_jax.models.decoder import init_model
 from graft_jax.models.layer_stack import scan_period
+from tests.models.model_grads import nll_and_grads
 
 SMOLLM3 = ModelConfig(model_type="smollm3", vocab_size=97, hidden_size=32, intermediate_size=48,
                       num_layers=8, num_heads=4, num_kv_heads=2, head_dim=8,
@@ -24,19 +23,10 @@ QWEN3 = ModelConfig(model_type="qwen3", vocab_size=97, hidden_size=32, intermedi
 def loss_and_grads(cfg, remat, scan):
   model = init_model(cfg, rngs=nnx.Rngs(3))
   model.set_memory_options(remat=remat, scan_layers=scan)
-  graphdef, state = nnx.split(model)
   rng = np.random.default_rng(0)
   ids = jnp.asarray(rng.integers(0, cfg.vocab_size, (3, 20)), jnp.int32)
   mask = jnp.asarray(np.arange(20)[None] < np.array([[20], [13], [7]]))
-
-  def loss(state):
-    logp = token_logprobs(nnx.merge(graphdef, state), ids, mask)
-    return -(logp * mask).sum() / mask.sum()
-
-  value, grads = jax.jit(jax.value_and_grad(loss))(state)
-  # Per-layer paths whichever storage the model uses (scan stacks the blocks).
-  return float(value), {k: np.asarray(g) for k, g in
-                        layer_storage.per_layer_params(nnx.merge(graphdef, grads))}
+  return nll_and_grads(model, ids, mask)
 
 
 # Each case compiles a model and its gradient: a few seconds each on 2 cores.
