@@ -56,6 +56,15 @@ def minibatch_totals(batch: dict) -> dict:
           "num_rows": np.float32((mask_BxT.sum(axis=1) > 0).sum())}
 
 
+def loss_units(batch: dict, by_rows: bool = False) -> np.ndarray:
+  """Per row, the units its loss is averaged over: PPO tokens, or 1 for a row with any
+  response token when ``by_rows`` (HACPO's sequence mean)."""
+  mask_BxT = np.asarray(batch["resp_mask"], np.float32)
+  if by_rows:
+    return (mask_BxT.sum(axis=1) > 0).astype(np.float32)
+  return (mask_BxT * np.asarray(batch["ppo"], np.float32)[:, None]).sum(axis=1)
+
+
 def split_minibatch(batch: dict, rows: int, *, by_rows: bool = False) -> dict:
   """Host arrays B x ... -> M x R x ... (zero rows pad the last micro-batch; an
   all-zero mask keeps them out of every sum), plus the minibatch's totals and
@@ -70,8 +79,9 @@ def split_minibatch(batch: dict, rows: int, *, by_rows: bool = False) -> dict:
     padded = np.zeros((m * rows,) + v.shape[1:], v.dtype)
     padded[:b] = v
     micro[k] = padded.reshape((m, rows) + v.shape[1:])
-  mask_MxRxT = micro["resp_mask"] * (1.0 if by_rows else micro["ppo"][..., None])
-  units_M = ((mask_MxRxT.sum(axis=2) > 0).sum(axis=1) if by_rows else mask_MxRxT.sum(axis=(1, 2)))
+  units_M = np.zeros(m * rows, np.float32)
+  units_M[:b] = loss_units(batch, by_rows)
+  units_M = units_M.reshape(m, rows).sum(axis=1)
   micro["share"] = (units_M / max(float(units_M.sum()), 1.0)).astype(np.float32)
   if m > 1:  # one micro-batch is the minibatch: its own counts are the totals
     micro.update({k: np.full(m, v, np.float32) for k, v in totals.items()})
@@ -90,12 +100,10 @@ def accumulated_grads(params, micro, update_index, *, graphdef, spec, grad_shard
   micro-batch's activations are live at a time."""
 
   def body(acc, mb):
-    (loss, metrics), g = jax.value_and_grad(loss_fn, has_aux=True)(
-        params, mb, graphdef, spec, update_index)
-    acc = jax.tree.map(lambda a, x: a + x.astype(jnp.float32), acc, g)
+    acc, metrics = micro_grads(params, acc, mb, update_index, graphdef=graphdef, spec=spec)
     if grad_sharding is not None:
       acc = jax.lax.with_sharding_constraint(acc, grad_sharding)
-    return acc, dict(metrics, loss=loss)
+    return acc, metrics
 
   if micro["ids"].shape[0] == 1:  # no accumulation: the plain minibatch gradient
     (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
@@ -111,10 +119,8 @@ def accumulated_update(params, opt_state, micro, update_index, *, graphdef, tx, 
   """`accumulated_grads`, then one optimizer step."""
   grads, metrics = accumulated_grads(params, micro, update_index, graphdef=graphdef, spec=spec,
                                      grad_sharding=grad_sharding)
-  grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
-  updates, opt_state = tx.update(grads, opt_state, params)
-  params = optax.apply_updates(params, updates)
-  return params, opt_state, dict(metrics, grad_norm=optax.tree.norm(grads))
+  params, opt_state, grad_norm = apply_grads(params, opt_state, grads, tx=tx)
+  return params, opt_state, dict(metrics, grad_norm=grad_norm)
 
 
 def compiled_update(policy, spec):
@@ -193,11 +199,8 @@ def packed_grads(policy, params, batch: dict, update_index, spec, *, micro_batch
   lengths_B = np.asarray(batch["attn"]).sum(axis=1)
   plan = length_packing.plan_micro_batches(lengths_B, batch["ids"].shape[1],
                                            micro_batch_tokens, shards)
-  by_rows = spec.kind == "hacpo"
   totals = {k: np.float32(v) for k, v in minibatch_totals(batch).items()}
-  mask_BxT = np.asarray(batch["resp_mask"], np.float32) * (
-      1.0 if by_rows else np.asarray(batch["ppo"], np.float32)[:, None])
-  units_B = (mask_BxT.sum(axis=1) > 0) if by_rows else mask_BxT.sum(axis=1)
+  units_B = loss_units(batch, by_rows=spec.kind == "hacpo")
   share_M = np.asarray([units_B[idx].sum() for idx, _, _ in plan], np.float32)
   share_M /= max(float(share_M.sum()), 1.0)
   grad_fn = packed_programs(policy, spec)[0]
