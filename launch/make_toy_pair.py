@@ -4,19 +4,21 @@
   python launch/make_toy_pair.py --ship    # rebuild graft_jax/toy/prebuilt (the shipped pair)
   python launch/make_toy_pair.py --check   # rebuild in a temporary folder, compare with it
 
-A build is deterministic: `--check` exits 1 unless every file of both model
-folders matches the shipped pair's recorded sha256 bit for bit.
+A build is deterministic on a given kind of processor. `--check` exits 0 when
+every file of both model folders matches the shipped pair's recorded sha256, or,
+on a processor unlike the one that built it, when only the weights differ and
+the rebuilt pair's held-out competence matches (graft_jax/toy/rebuild_check.py).
 """
 
 import argparse
 import json
 import logging
 import sys
-import tempfile
 import time
 
 from graft_jax import toy
 from graft_jax.toy import pair as pair_lib
+from graft_jax.toy import rebuild_check
 from graft_jax.toy.evaluate import format_table, pass_rate_table
 
 
@@ -33,14 +35,10 @@ def main():
   cfg = toy.default_config(args.seed)
   start = time.perf_counter()
   if args.check:
-    shipped = pair_lib.read_record(pair_lib.PREBUILT) or {}
-    with tempfile.TemporaryDirectory() as tmp:
-      built = toy.ensure_toy_pair(f"{tmp}/pair", cfg, force=True, evaluate=False)
-      diff = sorted(f for f in {**shipped.get("files", {}), **built.record["files"]}
-                    if shipped.get("files", {}).get(f) != built.record["files"].get(f))
-    print(f"rebuilt in {time.perf_counter() - start:.0f}s; key {built.key} "
-          f"(shipped {shipped.get('key')}); files that differ: {diff or 'none'}")
-    sys.exit(0 if not diff and built.key == shipped.get("key") else 1)
+    result = rebuild_check.check(cfg)
+    print(f"rebuilt in {time.perf_counter() - start:.0f}s")
+    print("\n".join(result.lines()))
+    sys.exit(0 if result.ok else 1)
   root = pair_lib.PREBUILT if args.ship else args.root
   pair = toy.ensure_toy_pair(root, cfg, force=args.force or args.ship)
   record = pair.record

@@ -4,7 +4,8 @@
 building them first when absent or made from other settings (the cache key is
 `spec.cache_key`). A build is deterministic for a given config and seed. The
 default pair ships prebuilt in `graft_jax/toy/prebuilt/` (about 2 MB; rebuilt
-bit for bit by `launch/make_toy_pair.py --ship`) and is copied from there when
+by `launch/make_toy_pair.py --ship`, bit for bit on the same kind of processor:
+`toy.rebuild_check`) and is copied from there when
 its key matches, so the main job spends its time on RL. A group of K > 2 models
 (`spec.ToyGroupConfig`, e.g. `spec.trio_config()`) is built by the same code
 into model_a, model_b, model_c, ...
@@ -28,6 +29,7 @@ from flax import nnx
 
 from graft_jax.data.problem import Problem
 from graft_jax.models import save_hf
+from graft_jax.toy import build_machine
 from graft_jax.toy import group_pools
 from graft_jax.toy import pools as pools_lib
 from graft_jax.toy import spec as spec_lib
@@ -209,6 +211,7 @@ def ensure_toy_pair(root: str | Path = spec_lib.DEFAULT_ROOT,
     record = dict(key=key, recipe=spec_lib.RECIPE_VERSION,
                   prompt_suffix=spec_lib.PROMPT_SUFFIX, config=cfg.to_json(),
                   models=models, files=file_hashes(tmp, names),
+                  build_machine=build_machine.fingerprint(),
                   build_seconds=time.perf_counter() - start)
     if evaluate:
       from graft_jax.toy.evaluate import pass_rate_table  # pylint: disable=import-outside-toplevel
