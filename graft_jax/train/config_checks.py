@@ -296,6 +296,11 @@ RESUME_LOCKED = (
     'rollout.temperature', 'rollout.top_p', 'rollout.top_k', 'optimizer', 'dtype', 'param_dtype', 'clip_low', 'clip_high', 'scale_by_std',
     'old_logp_source', 'graft', 'hacpo', 'sgt', 'replay', 'reward.kind')
 
+# Fields that decide how the checkpoint stores the parameters and optimizer
+# state (scan_layers: the blocks stacked on a layer axis, or one entry per layer).
+# They leave the math alone, but a checkpoint restores only into its own layout.
+RESUME_LAYOUT = ('scan_layers',)
+
 
 def resume_locked(field: str) -> bool:
   return any(field == f or field.startswith(f + '.') for f in RESUME_LOCKED)
@@ -310,8 +315,8 @@ def check_resume(stored: Mapping[str, Any], current: Mapping[str, Any], *,
   (None where the field is missing on one side: configs written by older code).
 
   Raises:
-    ConfigError: naming the first field of ``RESUME_LOCKED`` that differs and
-      both values; ``where`` names the stored config's file.
+    ConfigError: naming the first field of ``RESUME_LOCKED`` or ``RESUME_LAYOUT``
+      that differs and both values; ``where`` names the stored config's file.
   """
   from graft_jax.train.config_load import flatten  # pylint: disable=import-outside-toplevel
   old, new = flatten(stored), flatten(current)
@@ -324,6 +329,11 @@ def check_resume(stored: Mapping[str, Any], current: Mapping[str, Any], *,
             f'{field} is {_plain(b)!r} but the checkpointed run in {where} has '
             f'{_plain(a)!r}; a resumed run keeps every field that changes the math '
             f'(use another workdir, or checkpoint.resume=False to start over)', field=field)
+      if field in RESUME_LAYOUT:
+        raise ConfigError(
+            f'{field} is {_plain(b)!r} but the checkpointed run in {where} has '
+            f'{_plain(a)!r}; it decides how the checkpoint stores the parameters and '
+            f'optimizer state, so resume with {field}={_plain(a)!r}', field=field)
       allowed.append((field, a, b))
     elif (field in old) != (field in new):
       allowed.append((field, a, b))

@@ -57,6 +57,18 @@ def test_every_math_field_is_locked(field, value):
     config_checks.check_resume(old, new, where="w/config.json")
 
 
+def test_a_checkpoint_layout_field_is_refused_with_its_own_reason():
+  old = config_lib.to_dict(_cfg("w"))
+  new = config_lib.to_dict(_cfg("w", scan_layers=not old["scan_layers"]))
+  with pytest.raises(config_lib.ConfigError) as err:
+    config_checks.check_resume(old, new, where="w/config.json")
+  assert str(err.value) == (
+      f"scan_layers is {new['scan_layers']!r} but the checkpointed run in w/config.json has "
+      f"{old['scan_layers']!r}; it decides how the checkpoint stores the parameters and "
+      f"optimizer state, so resume with scan_layers={old['scan_layers']!r}")
+  assert err.value.field == "scan_layers"
+
+
 def test_other_fields_may_change_and_are_returned():
   old = config_lib.to_dict(_cfg("w"))
   new = config_lib.to_dict(_cfg("w2", **{"eval.every_steps": 2, "total_steps": 160,
@@ -108,6 +120,9 @@ def test_resuming_a_tiny_toy_run(tmp_path, caplog):
   with pytest.raises(config_lib.ConfigError, match=r"^optimizer.lr is 0.0003 but the "
                      r"checkpointed run in .*config.json has 0.0002"):
     run(**{"optimizer.lr": 3e-4})
+  with pytest.raises(config_lib.ConfigError, match=r"^scan_layers is True but the checkpointed "
+                     r"run in .*config.json has False; it decides how the checkpoint stores"):
+    run(scan_layers=True)
   with caplog.at_level(logging.INFO):
     run(**{"eval.every_steps": 3})  # resumes at step 1 of 1: nothing left to train
   assert "resuming with eval.every_steps changed: 0 -> 3" in caplog.text
