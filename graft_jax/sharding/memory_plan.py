@@ -23,13 +23,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from graft_jax.models.decoder import Decoder
 from graft_jax.sharding.place import batch_shards, batch_sharding, state_shardings
+from graft_jax.train.rows import ROW_FIELDS, TOKEN_FIELDS
 
-# The update's per-row inputs (graft_jax.train.rows.pack_minibatch) and their dtypes.
-_ROW_FIELDS = {"adv": jnp.float32, "weight": jnp.float32, "grafted": jnp.float32,
-               "ppo": jnp.float32, "sgt": jnp.float32, "is_self": jnp.bool_,
-               "src_mean_logp": jnp.float32, "cap_ratio": jnp.float32}
-_TOKEN_FIELDS = {"ids": jnp.int32, "attn": jnp.bool_, "resp_mask": jnp.float32,
-                 "old_logp": jnp.float32, "ref_logp": jnp.float32}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,8 +63,8 @@ def abstract_model(model_cfg, *, param_dtype, dtype, remat: str, scan_layers: bo
 
 
 def micro_batch_shapes(num_micro: int, rows: int, length: int) -> dict:
-  out = {k: jax.ShapeDtypeStruct((num_micro, rows, length), d) for k, d in _TOKEN_FIELDS.items()}
-  out.update({k: jax.ShapeDtypeStruct((num_micro, rows), d) for k, d in _ROW_FIELDS.items()})
+  out = {k: jax.ShapeDtypeStruct((num_micro, rows, length), d) for k, d in TOKEN_FIELDS.items()}
+  out.update({k: jax.ShapeDtypeStruct((num_micro, rows), d) for k, d in ROW_FIELDS.items()})
   out.update({k: jax.ShapeDtypeStruct((num_micro,), jnp.float32)
               for k in ("share", "num_tokens", "num_sgt_tokens", "num_rows")})
   return out

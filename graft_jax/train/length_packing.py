@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-# The update's per-token inputs (graft_jax.train.rows.pack_minibatch): trimmed to L.
-TOKEN_FIELDS = ("ids", "attn", "resp_mask", "old_logp", "ref_logp")
+from graft_jax.train.rows import TOKEN_FIELDS  # the per-token inputs: trimmed to L
 
 
 def length_bucket(n_tokens, t: int, multiple: int = 64):

@@ -17,6 +17,13 @@ import numpy as np
 
 KIND_PPO, KIND_SGT = 0, 1
 
+# What `pack_minibatch` returns, with dtypes: per token (rows x length) and per row.
+TOKEN_FIELDS = {"ids": np.int32, "attn": np.bool_, "resp_mask": np.float32,
+                "old_logp": np.float32, "ref_logp": np.float32}
+ROW_FIELDS = {"adv": np.float32, "weight": np.float32, "grafted": np.float32,
+              "ppo": np.float32, "sgt": np.float32, "is_self": np.bool_,
+              "src_mean_logp": np.float32, "cap_ratio": np.float32}
+
 
 @dataclasses.dataclass
 class Rows:
@@ -79,11 +86,9 @@ def pack_minibatch(rows: Rows, idx, pad_id: int, *, multiple: int = 64) -> dict:
   lens = [len(rows.prompt_ids[i]) + len(rows.response_ids[i]) for i in idx]
   t = -(-max(lens + [1]) // multiple) * multiple
   b = len(idx)
-  ids = np.full((b, t), pad_id, np.int32)
-  attn = np.zeros((b, t), bool)
-  resp = np.zeros((b, t), np.float32)
-  old = np.zeros((b, t), np.float32)
-  ref = np.zeros((b, t), np.float32)
+  ids = np.full((b, t), pad_id, TOKEN_FIELDS["ids"])
+  attn, resp, old, ref = (np.zeros((b, t), TOKEN_FIELDS[k])
+                          for k in ("attn", "resp_mask", "old_logp", "ref_logp"))
   for j, i in enumerate(idx):
     p, r = rows.prompt_ids[i], rows.response_ids[i]
     ids[j, :len(p) + len(r)] = p + r

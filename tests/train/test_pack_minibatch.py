@@ -59,3 +59,14 @@ def test_rows_in_the_order_given_and_an_empty_response_kept_masked():
 def test_rows_of_groups_follows_the_group_order():
   rows = three_rows()
   assert rows.rows_of_groups([1, 0]).tolist() == [1, 2, 0]
+
+
+def test_fields_and_dtypes_are_the_declared_ones():
+  # The memory plan lowers the update from TOKEN_FIELDS / ROW_FIELDS: they must be
+  # exactly what a packed minibatch holds.
+  from graft_jax.train.rows import ROW_FIELDS, TOKEN_FIELDS
+  batch = pack_minibatch(three_rows(), [0, 1, 2], PAD, multiple=4)
+  assert {k: v.dtype for k, v in batch.items()} == {
+      k: np.dtype(d) for k, d in {**TOKEN_FIELDS, **ROW_FIELDS}.items()}
+  assert all(batch[k].shape == (3, 8) for k in TOKEN_FIELDS)
+  assert all(batch[k].shape == (3,) for k in ROW_FIELDS)
