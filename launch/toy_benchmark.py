@@ -72,6 +72,7 @@ def main():
                                                 extra=["--smoke"] if args.smoke else []))
   names = [m["name"] for m in pair.record["models"]]
   res = toy_benchmark.aggregate(cells, results, names, steps=args.steps, eval_k=args.eval_k)
+  out.mkdir(parents=True, exist_ok=True)  # every cell may have come from the record
   (out / "benchmark.json").write_text(json.dumps(res, indent=1))
   argv = list(sys.argv)
   if "--machine" in argv:  # printed on a line of its own
