@@ -329,6 +329,7 @@ class VLLMEngine:
       try:
         if not self.sidecar.ready:
           self.sidecar.wait_ready()
+          self._restore_weights()
           self._probe()  # a fresh server must serve the trainer's weights
         result = fn()
         self._served = True
@@ -353,6 +354,14 @@ class VLLMEngine:
         log.warning("%s: %s; restarting vLLM (restart %d)", self.name, e, self.restarts)
         self.sidecar.stop()
         self.sidecar.start()
+
+  def _restore_weights(self) -> None:
+    """A (re)started server loads ``weights_dir``. Under ``reload`` every sync rewrites
+    it, so that is the trainer's weights; under a push backend it holds the first
+    weights only, so once pushing has begun the trainer's weights are pushed again
+    (the sender sees a new server and opens its transfer first)."""
+    if self.weight_sync != "reload" and self._pusher is not None:
+      self._pusher.send(self._model, self.syncs)
 
   def close(self) -> None:
     """Stops the server and removes tmpfs weights; idempotent."""

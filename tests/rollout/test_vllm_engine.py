@@ -213,3 +213,30 @@ def test_gives_up_after_max_restarts(tmp_path):
   with pytest.raises(SidecarError, match="failed 3 times") as e:
     engine._with_restarts(fail)
   assert "out of memory" in str(e.value) and Down.starts == 2 and engine.restarts == 2
+
+
+@pytest.mark.parametrize("weight_sync", ["nccl", "ipc", "reload"])
+def test_a_restarted_server_gets_the_trainers_weights_before_the_probe(weight_sync):
+  """A restarted server loads weights_dir: current under reload (each sync rewrites it),
+  the first weights under a push backend, which must push the trainer's again before the
+  probe compares them (no server needed: the order of calls is what is checked)."""
+  calls = []
+
+  class Restarted:
+    name, ready = "x", False
+    def wait_ready(self):
+      calls.append("ready")
+      Restarted.ready = True
+
+  class Pusher:
+    def send(self, model, version):
+      calls.append(("push", model, version))
+
+  engine = object.__new__(VLLMEngine)
+  engine.sidecar, engine.max_restarts, engine.restarts, engine._served = Restarted(), 2, 0, True
+  engine.weight_sync, engine._model, engine.syncs = weight_sync, "current model", 3
+  engine._pusher = None if weight_sync == "reload" else Pusher()
+  engine._probe = lambda: calls.append("probe")
+  assert engine._with_restarts(lambda: calls.append("call") or "done") == "done"
+  pushed = [] if weight_sync == "reload" else [("push", "current model", 3)]
+  assert calls == ["ready", *pushed, "probe", "call"]
