@@ -5,6 +5,13 @@ compiles a handful of programs and then reuses them; `set_weights` only swaps
 the parameter state, which never recompiles. Under a KV-cache byte budget the
 prompts decode in equal chunks that fit it (`graft_jax.rollout.kv_budget`),
 sampling exactly what one call over all of them would.
+
+Under a mesh the prompts, and so every decode row and its KV cache, are split
+over the batch axes (data x fsdp, `graft_jax.sharding.batch_sharding`): each
+device samples its share with the parameters sharded as the trainer holds
+them, instead of every device sampling every row. Under several processes each
+hands in only its devices' prompts (`graft_jax.distributed.to_global`) and the
+responses are gathered back (`to_host`).
 """
 
 from __future__ import annotations
@@ -16,7 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from graft_jax.rollout.kv_budget import kv_bytes_per_prompt, prompts_per_chunk
+from graft_jax import distributed
+from graft_jax.rollout.kv_budget import call_plan, kv_bytes_per_prompt
 from graft_jax.rollout.sampler import generate_padded
 from graft_jax.rollout.types import RolloutBatch, SamplingParams, check_generate_args
 
@@ -36,6 +44,8 @@ class JaxSamplerEngine:
     min_prompt_bucket / min_new_bucket / min_batch_bucket: smallest bucket sizes.
     cache_dtype: KV-cache dtype (default: the model's compute dtype).
     state_sharding: optional pytree of shardings to place the weights with.
+    mesh: optional mesh whose batch axes split the prompts (`max_kv_bytes` is then
+      per device).
     max_kv_bytes: KV-cache bytes one compiled call may hold (None: the model's
       `kv_cache_bytes` memory option; 0: no limit).
   """
@@ -43,7 +53,7 @@ class JaxSamplerEngine:
   def __init__(self, model, *, eos_ids: int | Sequence[int], pad_id: int,
                min_prompt_bucket: int = 16, min_new_bucket: int = 16,
                min_batch_bucket: int = 1, cache_dtype=None, state_sharding=None,
-               max_kv_bytes: int | None = None):
+               max_kv_bytes: int | None = None, mesh=None):
     self.eos_ids = tuple(int(e) for e in np.atleast_1d(eos_ids))
     if not self.eos_ids:
       raise ValueError("JaxSamplerEngine needs at least one EOS id")
@@ -53,6 +63,11 @@ class JaxSamplerEngine:
     self.min_batch_bucket = min_batch_bucket
     self.cache_dtype = cache_dtype
     self.state_sharding = state_sharding
+    self.mesh = mesh
+    self.row_shards = 1
+    if mesh is not None:
+      from graft_jax.sharding import batch_shards  # pylint: disable=import-outside-toplevel
+      self.row_shards = batch_shards(mesh)
     self.model_cfg = model.cfg
     self.kv_itemsize = jnp.dtype(cache_dtype or model.dtype).itemsize
     self.max_kv_bytes = int(model.kv_cache_bytes if max_kv_bytes is None else max_kv_bytes)
@@ -78,24 +93,24 @@ class JaxSamplerEngine:
     """Samples `n` responses per token-id prompt; see `RolloutBatch` for the fields."""
     check_generate_args(prompts, n)
     num = len(prompts)
-    p_bucket = bucket(num, self.min_batch_bucket)
     l_bucket = bucket(max(len(p) for p in prompts), self.min_prompt_bucket)
     n_bucket = bucket(params.max_new_tokens, self.min_new_bucket)
+    per_prompt = kv_bytes_per_prompt(self.model_cfg, n=n, slots=l_bucket + n_bucket,
+                                     itemsize=self.kv_itemsize)
+    p_bucket, chunk = call_plan(num, per_prompt, self.max_kv_bytes, row_shards=self.row_shards,
+                                min_bucket=self.min_batch_bucket)
     ids = np.full((p_bucket, l_bucket), self.pad_id, np.int32)
     mask = np.zeros((p_bucket, l_bucket), bool)
     for i, p in enumerate(prompts):
       ids[i, l_bucket - len(p):] = p
       mask[i, l_bucket - len(p):] = True
     greedy = params.temperature == 0
-    per_prompt = kv_bytes_per_prompt(self.model_cfg, n=n, slots=l_bucket + n_bucket,
-                                     itemsize=self.kv_itemsize)
-    chunk = prompts_per_chunk(p_bucket, per_prompt, self.max_kv_bytes)
     valid = np.arange(p_bucket) < num
     outs = []
     for start in range(0, num, chunk):  # chunks of only filler prompts are skipped
       part = slice(start, start + chunk)
       outs.append(generate_padded(
-          self.graphdef, self.state, ids[part], mask[part], valid[part],
+          self.graphdef, self.state, *map(self._rows, (ids[part], mask[part], valid[part])),
           jax.random.key(params.seed), jnp.int32(params.max_new_tokens),
           jnp.float32(params.temperature if not greedy else 1.0), jnp.float32(params.top_p),
           jnp.int32(start * n), n=n, max_new=n_bucket, eos_ids=self.eos_ids,
@@ -104,7 +119,8 @@ class JaxSamplerEngine:
           use_top_p=not greedy and params.top_p < 1.0, cache_dtype=self.cache_dtype,
           total_rows=p_bucket * n))
     rows, steps = num * n, params.max_new_tokens
-    tokens, logp, lengths, finished = (np.concatenate(x) for x in zip(*jax.device_get(
+    fetch = jax.device_get if self.mesh is None else lambda t: jax.tree.map(distributed.to_host, t)
+    tokens, logp, lengths, finished = (np.concatenate(x) for x in zip(*fetch(
         [(o.tokens_BxN, o.logp_BxN, o.lengths_B, o.finished_B) for o in outs])))
     lengths = np.asarray(lengths[:rows])
     mask_BxL = np.arange(steps)[None, :] < lengths[:, None]
@@ -116,3 +132,10 @@ class JaxSamplerEngine:
         truncated_B=~np.asarray(finished[:rows], bool),
         prompt_index_B=np.repeat(np.arange(num, dtype=np.int32), n),
         n=n)
+
+  def _rows(self, host: np.ndarray):
+    """A host array of prompt rows, split over the mesh's batch axes (as is without one)."""
+    if self.mesh is None:
+      return host
+    from graft_jax.sharding import batch_sharding  # pylint: disable=import-outside-toplevel
+    return distributed.to_global(host, batch_sharding(self.mesh, ndim=host.ndim))

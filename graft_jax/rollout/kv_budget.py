@@ -38,3 +38,22 @@ def prompts_per_chunk(num_prompts: int, per_prompt: int, budget: int) -> int:
         f"max_prompt_len / max_response_len or n, or sample with the vLLM engine "
         f"(--config.engine=vllm)")
   return 1 << ((budget // per_prompt).bit_length() - 1)
+
+
+def call_plan(num_prompts: int, per_prompt: int, budget: int, *, row_shards: int = 1,
+              min_bucket: int = 1) -> tuple[int, int]:
+  """(prompt bucket, prompts per compiled call) of one sampler call of ``num_prompts``.
+
+  The bucket is the next power of two >= num_prompts (and >= min_bucket and
+  row_shards), then a multiple of row_shards: with the rows split over
+  ``row_shards`` devices each holds ``prompts per call / row_shards`` prompts' caches,
+  so ``budget`` is per device. A call is at least one prompt per device; the bucket
+  grows to a multiple of it (only where row_shards is not a power of two).
+  """
+  if budget > 0:
+    prompts_per_chunk(1, per_prompt, budget)  # raises when one prompt exceeds a device's budget
+  p_bucket = max(min_bucket, row_shards, 1 << max(0, int(num_prompts) - 1).bit_length())
+  p_bucket = -(-p_bucket // row_shards) * row_shards
+  chunk = prompts_per_chunk(p_bucket, per_prompt, budget * row_shards)
+  chunk = max(row_shards, chunk // row_shards * row_shards)
+  return -(-p_bucket // chunk) * chunk, chunk

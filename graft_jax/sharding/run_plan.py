@@ -12,11 +12,12 @@ import jax.numpy as jnp
 
 from graft_jax.models.config import ModelConfig
 from graft_jax.rollout.jax_engine import bucket
-from graft_jax.rollout.kv_budget import KVBudgetError, kv_bytes_per_prompt, prompts_per_chunk
+from graft_jax.rollout.kv_budget import KVBudgetError, call_plan, kv_bytes_per_prompt
 import jax
 
 from graft_jax.sharding.memory_plan import abstract_model, largest_rows, update_memory
 from graft_jax.sharding.mesh import MeshConfig, make_mesh
+from graft_jax.sharding.place import batch_shards
 from graft_jax.sharding.report import format_bytes
 from graft_jax.train.config_checks import policy_configs
 from graft_jax.train.config_placement import server_gpus
@@ -75,19 +76,20 @@ def format_servers(servers) -> str:
       f"{'' if s['fits'] else '  NO ROOM'}" for s in servers)
 
 
-def sampler_kv_bytes(cfg, model_cfg) -> tuple[int, bool]:
+def sampler_kv_bytes(cfg, model_cfg, row_shards: int = 1) -> tuple[int, bool]:
   """(KV bytes of one JAX-sampler call of a step's rollouts under ``rollout.max_kv_bytes``,
   whether one prompt fits that budget at all); 0 with the vLLM engine, whose share
-  ``--reserve-fraction`` keeps free. Counted whole on every device: the sampler
-  does not shard its cache."""
+  ``--reserve-fraction`` keeps free. Per device: the sampler splits its rows, and so
+  its cache, over the mesh's batch axes (``kv_budget.call_plan``)."""
   if cfg.engine != "jax":
     return 0, True
   slots = bucket(cfg.max_prompt_len, 16) + bucket(cfg.max_response_len, 16)
   per_prompt = kv_bytes_per_prompt(model_cfg, n=cfg.n, slots=slots,
                                    itemsize=jnp.dtype(cfg.dtype).itemsize)
-  prompts = bucket(cfg.prompts_per_step, 1)
   try:
-    return prompts_per_chunk(prompts, per_prompt, cfg.rollout.max_kv_bytes) * per_prompt, True
+    _, chunk = call_plan(cfg.prompts_per_step, per_prompt, cfg.rollout.max_kv_bytes,
+                         row_shards=row_shards)
+    return chunk // row_shards * per_prompt, True
   except KVBudgetError:
     return per_prompt, False  # the sampler would refuse the run
 
@@ -112,7 +114,8 @@ def plan(cfg, devices, device_bytes: int, *, reserve_fraction: float = 0.0):
     mc = model_config(model)
     mems = {r: update_memory(mc, mesh, tx, spec, rows_per_device=r, **kw)
             for r in sorted({1, 2, rows_cfg or 1})}
-    out.append((model.name, mems, rows_cfg or minibatch_rows, sampler_kv_bytes(cfg, mc)))
+    out.append((model.name, mems, rows_cfg or minibatch_rows,
+                sampler_kv_bytes(cfg, mc, batch_shards(mesh))))
   fixed = sum(mems[1].params + mems[1].opt_state for _, mems, _, _ in out)
   available = int(device_bytes * min(trainer_fraction(cfg), 1 - reserve_fraction))
   table = []

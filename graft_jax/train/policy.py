@@ -97,7 +97,7 @@ def make_policy(name: str, model, tokenizer, opt_cfg, prompt_suffix: str, *,
     with jax.set_mesh(mesh):
       opt_state = jax.jit(tx.init, out_shardings=opt_sharding)(params)
   engine = JaxSamplerEngine(model, eos_ids=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                            state_sharding=param_sharding)
+                            state_sharding=param_sharding, mesh=mesh)
   ref = jax.tree.map(np.asarray, params) if keep_reference else None
   return Policy(name, graphdef, params, opt_state, tx, tokenizer, engine, prompt_suffix, ref, mesh,
                 param_sharding, opt_sharding)

@@ -10,7 +10,8 @@ from flax import nnx
 from graft_jax.models.config import ModelConfig
 from graft_jax.models.decoder import init_model
 from graft_jax.rollout import JaxSamplerEngine, SamplingParams
-from graft_jax.rollout.kv_budget import KVBudgetError, kv_bytes_per_prompt, prompts_per_chunk
+from graft_jax.rollout.kv_budget import (KVBudgetError, call_plan, kv_bytes_per_prompt,
+                                         prompts_per_chunk)
 from graft_jax.rollout.sampler import generate_padded
 
 CFG = ModelConfig(model_type="smollm3", vocab_size=61, hidden_size=32, intermediate_size=48,
@@ -69,3 +70,16 @@ def test_kv_bytes_by_hand():
   assert prompts_per_chunk(8, 100, 799) == 4
   assert prompts_per_chunk(8, 100, 800) == 8
   assert prompts_per_chunk(8, 100, 100) == 1
+
+
+def test_call_plan_by_hand():
+  # (prompt bucket, prompts per call); the budget is per device, rows split row_shards ways.
+  assert call_plan(6, 100, 0) == (8, 8)  # no budget: one call of the power-of-two bucket
+  assert call_plan(3, 100, 0, min_bucket=16) == (16, 16)
+  assert call_plan(6, 100, 250, row_shards=4) == (8, 8)  # 2 prompts x 100 B per device
+  assert call_plan(6, 100, 150, row_shards=4) == (8, 4)  # 1 prompt per device and call
+  # Split 3 ways: the bucket 8 becomes 9; 300 B fit 3 prompts, 2 as a power of two, and a
+  # call is at least one prompt per device: 3.
+  assert call_plan(6, 100, 100, row_shards=3) == (9, 3)
+  with pytest.raises(KVBudgetError):
+    call_plan(6, 100, 50, row_shards=4)  # one prompt exceeds a device's budget
