@@ -24,14 +24,9 @@ import numpy as np
 from flax import nnx
 
 from graft_jax import distributed
-from graft_jax.rollout.kv_budget import call_plan, kv_bytes_per_prompt
+from graft_jax.rollout.kv_budget import bucket, call_plan, kv_bytes_per_prompt
 from graft_jax.rollout.sampler import generate_padded
 from graft_jax.rollout.types import RolloutBatch, SamplingParams, check_generate_args
-
-
-def bucket(size: int, minimum: int) -> int:
-  """The next power of two >= size (and >= minimum)."""
-  return max(minimum, 1 << max(0, int(size) - 1).bit_length())
 
 
 class JaxSamplerEngine:

@@ -13,6 +13,11 @@ repeated into its n rows (``graft_jax.rollout.sampler.generate_padded``).
 from __future__ import annotations
 
 
+def bucket(size: int, minimum: int) -> int:
+  """The next power of two >= size (and >= minimum)."""
+  return max(minimum, 1 << max(0, int(size) - 1).bit_length())
+
+
 class KVBudgetError(ValueError):
   """Not even one prompt's KV cache fits the budget."""
 
@@ -52,7 +57,7 @@ def call_plan(num_prompts: int, per_prompt: int, budget: int, *, row_shards: int
   """
   if budget > 0:
     prompts_per_chunk(1, per_prompt, budget)  # raises when one prompt exceeds a device's budget
-  p_bucket = max(min_bucket, row_shards, 1 << max(0, int(num_prompts) - 1).bit_length())
+  p_bucket = bucket(num_prompts, max(min_bucket, row_shards))
   p_bucket = -(-p_bucket // row_shards) * row_shards
   chunk = prompts_per_chunk(p_bucket, per_prompt, budget * row_shards)
   chunk = max(row_shards, chunk // row_shards * row_shards)

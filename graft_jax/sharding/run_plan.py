@@ -11,8 +11,7 @@ import pathlib
 import jax.numpy as jnp
 
 from graft_jax.models.config import ModelConfig
-from graft_jax.rollout.jax_engine import bucket
-from graft_jax.rollout.kv_budget import KVBudgetError, call_plan, kv_bytes_per_prompt
+from graft_jax.rollout.kv_budget import KVBudgetError, bucket, call_plan, kv_bytes_per_prompt
 import jax
 
 from graft_jax.sharding.memory_plan import abstract_model, largest_rows, update_memory

@@ -69,18 +69,23 @@ class RebuildCheck:
     return self.shipped_machine == self.machine
 
   @property
+  def weights_only(self) -> bool:
+    """Some files differ, and all of them are weights."""
+    return bool(self.differ) and all(f.endswith(WEIGHTS) for f in self.differ)
+
+  @property
   def ok(self) -> bool:
-    if self.key != self.shipped_key or any(not f.endswith(WEIGHTS) for f in self.differ):
+    if self.key != self.shipped_key:
       return False
     if not self.differ:
       return True
-    return not self.same_machine and any(c.bounded for c in self.comparisons) and all(
-        c.ok for c in self.comparisons)
+    return (self.weights_only and not self.same_machine
+            and any(c.bounded for c in self.comparisons) and all(c.ok for c in self.comparisons))
 
   def lines(self) -> list[str]:
     out = [f"key {self.key} (shipped {self.shipped_key}); "
            f"files that differ: {list(self.differ) or 'none'}"]
-    if self.differ and all(f.endswith(WEIGHTS) for f in self.differ):
+    if self.weights_only:
       out.append(f"shipped pair built on: {self.shipped_machine or 'not recorded'}")
       out.append(f"this machine:          {self.machine}")
       if self.same_machine:
@@ -126,8 +131,7 @@ def check(cfg: spec_lib.ToyPairConfig | None = None) -> RebuildCheck:
                           if shipped_files.get(f) != files.get(f)))
     result = RebuildCheck(built.key, shipped.get("key"), differ, shipped.get("build_machine"),
                           built.record["build_machine"])
-    weights_only = differ and all(f.endswith(WEIGHTS) for f in differ)
-    if weights_only and not result.same_machine and "pass_rates" in shipped:
+    if result.weights_only and not result.same_machine and "pass_rates" in shipped:
       table = pass_rate_table(built.model_dirs, cfg)
       n = cfg.eval_per_family * cfg.eval_samples
       result = dataclasses.replace(result,
