@@ -3,7 +3,14 @@
 Prompts are left-padded so every row's next token lands in the same cache
 slot, which keeps each decode step a single `dynamic_update_slice`. Each
 prompt is prefilled once and its cache repeated `n` times (row `i * n + j`).
-The loop is a `lax.while_loop` that stops when every row has hit EOS.
+The loop is a `lax.while_loop` that stops when every row has hit EOS, run in
+up to four phases (`window_phases`): the cache holds only the slots the steps so
+far can fill and grows (one copy) between phases, so a step's attention reads
+about the filled part of the cache rather than every slot of the budget. A
+one-token step is bound by reading the cache from memory; on the speed
+benchmark's 512 rows x 128 tokens this took the sampler from 6,900 to 8,500
+tokens/s on a 2-core CPU (BENCHMARKS.md). The cache at its largest is the
+budget's, as before.
 """
 
 from __future__ import annotations
@@ -51,6 +58,29 @@ def prefill(model, prompt_ids_PxL, prompt_mask_PxL, max_new: int, cache_dtype=No
   return logits_Px1xV[:, 0], cache, kv_mask_PxS, mask_PxL.sum(axis=1).astype(jnp.int32)
 
 
+DECODE_PHASES = 4
+
+
+def window_phases(max_new: int, phases: int = DECODE_PHASES, multiple: int = 16) -> tuple[int, ...]:
+  """The decode steps at which each phase of the loop ends, the last at ``max_new``.
+
+  Phase p runs steps [end_{p-1}, end_p) as its own ``while_loop`` over a cache of
+  prompt_len + end_p slots, the most its steps can fill: a decode step attends
+  over the part of the cache filled so far (rounded up to the phase), not over
+  every slot of the budget. Phases are ``max_new / phases`` steps, rounded up to
+  a multiple of ``multiple``; each compiles one copy of the step.
+  """
+  size = -(-max(1, -(-max_new // phases)) // multiple) * multiple
+  return tuple(range(size, max_new, size)) + (max_new,)
+
+
+def _grow(x, axis: int, size: int):
+  """``x`` zero-padded at the end of ``axis`` to ``size`` entries."""
+  widths = [(0, 0)] * x.ndim
+  widths[axis] = (0, size - x.shape[axis])
+  return jnp.pad(x, widths)
+
+
 def decode(model, key, logits_BxV, cache, kv_mask_BxS, positions_B, done_B, *, prompt_len: int,
            max_new: int, steps, temperature, top_p, eos_ids: tuple[int, ...], pad_id: int,
            greedy: bool, top_k: int, use_top_p: bool, row_offset=0,
@@ -58,12 +88,11 @@ def decode(model, key, logits_BxV, cache, kv_mask_BxS, positions_B, done_B, *, p
   """Samples up to `steps` (traced, <= max_new) tokens per row, stopping early when all are done.
 
   These rows are rows `row_offset..` of a call of `total_rows` (None: all of
-  it): each row draws the random numbers it would draw in the whole call."""
+  it): each row draws the random numbers it would draw in the whole call. The
+  cache and `kv_mask_BxS` come with at most prompt_len + window_phases(max_new)[0]
+  slots and grow phase by phase."""
   b = logits_BxV.shape[0]
   eos_E = jnp.asarray(eos_ids, jnp.int32)
-
-  def cond(c: _Carry):
-    return (c.step < steps) & ~jnp.all(c.done_B)
 
   def body(c: _Carry) -> _Carry:
     token_B, logp_B = sample_step(jax.random.fold_in(key, c.step), c.logits_BxV, temperature,
@@ -85,7 +114,15 @@ def decode(model, key, logits_BxV, cache, kv_mask_BxS, positions_B, done_B, *, p
   init = _Carry(jnp.int32(0), jnp.full((b, max_new), pad_id, jnp.int32),
                 jnp.zeros((b, max_new), jnp.float32), jnp.zeros((b,), jnp.int32), done_B,
                 logits_BxV.astype(jnp.float32), kv_mask_BxS, cache)
-  out = jax.lax.while_loop(cond, body, init)
+  out = init
+  for end in window_phases(max_new):
+    # Steps < end write slots < prompt_len + end: the cache grows to that many
+    # slots (one copy per phase) and each step attends over all of it.
+    out = out._replace(kv_mask_BxS=_grow(out.kv_mask_BxS, 1, prompt_len + end),
+                       cache=tuple((_grow(k, 3, prompt_len + end), _grow(v, 2, prompt_len + end))
+                                   for k, v in out.cache))
+    cond = lambda c, end=end: (c.step < jnp.minimum(steps, end)) & ~jnp.all(c.done_B)
+    out = jax.lax.while_loop(cond, body, out)
   return SamplerOutput(out.tokens_BxN, out.logp_BxN, out.lengths_B, out.done_B & ~done_B)
 
 
@@ -106,8 +143,9 @@ def generate_padded(graphdef, state, prompt_ids_PxL, prompt_mask_PxL, prompt_val
   `total_rows`, and samples what the whole call would for its rows.
   """
   model = nnx.merge(graphdef, state)
+  # The cache starts with the first decode phase's slots; `decode` grows it.
   logits_PxV, cache, kv_mask_PxS, positions_P = prefill(
-      model, prompt_ids_PxL, prompt_mask_PxL, max_new, cache_dtype)
+      model, prompt_ids_PxL, prompt_mask_PxL, window_phases(max_new)[0], cache_dtype)
   rep = lambda x: jnp.repeat(x, n, axis=0)
   return decode(model, key, rep(logits_PxV), jax.tree.map(rep, cache), rep(kv_mask_PxS),
                 rep(positions_P), rep(~prompt_valid_P.astype(bool)),
