@@ -30,6 +30,7 @@ import bench_peers  # noqa: E402  (the torch half)
 from graft_jax.experiments import speed  # noqa: E402
 from graft_jax.models import load_hf  # noqa: E402
 from graft_jax.rollout import JaxSamplerEngine, SamplingParams  # noqa: E402
+from graft_jax.rollout.kv_budget import bucket  # noqa: E402
 
 med = statistics.median
 load = lambda: open("/proc/loadavg").read().split()[0]
@@ -51,6 +52,7 @@ def step_table(trl, jax_, flops, ceiling):
         f"{flops / j['update'] / 1e9:.1f} GFLOP/s = {flops / j['update'] / ceiling:.0%} of the "
         f"matmul ceiling; TRL at the same count {flops / t_upd / 1e9:.1f} GFLOP/s = "
         f"{flops / t_upd / ceiling:.0%}")
+  return t["step"]
 
 
 def sampler_rows(folder, prompts, args):
@@ -86,6 +88,13 @@ def sampler_rows(folder, prompts, args):
       finally:
         vllm.close()
   hf_s = med(times["transformers generate"])
+  floor = speed.sampler_floor(model.cfg, len(prompts) * n, bucket(max(map(len, prompts)), 16),
+                              new, args.ceiling, args.read_rate)
+  print(f"\nsampler floor on this machine: {floor['floor_s']:.2f} s = projection matmuls "
+        f"{floor['matmul_s']:.2f} s at the matmul ceiling + KV-cache reads "
+        f"{floor['kv_bytes'] / 1e9:.1f} GB at {args.read_rate / 1e9:.1f} GB/s "
+        f"{floor['kv_s']:.2f} s: at most {total / floor['floor_s']:,.0f} tokens/s, "
+        f"{hf_s / floor['floor_s']:.2f}x transformers")
   print(f"\nsampler: {len(prompts)} prompts x n {n} x {new} new tokens = {total} tokens, EOS off, "
         f"T=1, fp32, median of {args.sampler_repeats}")
   print("| engine | tokens/s | median s | vs transformers |\n|---|---|---|---|")
@@ -120,9 +129,18 @@ def main():
     trl_rows = bench_peers.run_trl(folder, problems, steps=args.steps, out_dir=pathlib.Path(tmp, "trl"),
                                    between=lambda k: jax_rows.append(jax_side.step(k)))
     ceiling = max(speed.matmul_flops_per_s(), bench_peers.torch_matmul_flops_per_s())
+    args.ceiling, args.read_rate = ceiling, speed.read_bytes_per_s()
     print("model: qwen3 hidden 256, 4 layers, 4 heads / 2 kv, head_dim 64, vocab 1024, tied, fp32; "
-          f"16 prompts x n 8, 64 new tokens; f32 matmul ceiling {ceiling / 1e9:.0f} GFLOP/s")
-    step_table(trl_rows, jax_rows, jax_side.update_flops(), ceiling)
+          f"16 prompts x n 8, 64 new tokens; f32 matmul ceiling {ceiling / 1e9:.0f} GFLOP/s, "
+          f"memory read {args.read_rate / 1e9:.1f} GB/s")
+    flops = jax_side.update_flops()
+    trl_step = step_table(trl_rows, jax_rows, flops, ceiling)
+    gen = speed.sampler_floor(load_hf(folder)[0].cfg, 16 * 8,
+                              bucket(jax_side.cfg.max_prompt_len, 16), 64, ceiling, args.read_rate)
+    floor = flops / ceiling + gen["floor_s"]
+    print(f"step floor on this machine: update {flops / ceiling:.2f} s (its FLOPs at the ceiling) "
+          f"+ generate {gen['floor_s']:.2f} s (sampler floor, below) = {floor:.2f} s = "
+          f"{floor / trl_step:.2f}x TRL's step")
     tok = jax_side.policy.tokenizer
     prompts = [tok.encode(p.problem + speed.SUFFIX, add_special_tokens=False)
                for p in speed.arithmetic_problems(args.sampler_prompts, seed=2)]

@@ -176,5 +176,49 @@ def matmul_flops_per_s(size: int = 2048, repeats: int = 5) -> float:
   return 2 * size ** 3 / best
 
 
+def read_bytes_per_s(gib: float = 1.0, repeats: int = 5) -> float:
+  """Measured bytes/s of summing a ``gib``-GiB fp32 array in XLA (best of ``repeats``):
+  the rate at which a decode step can read its KV cache from memory."""
+  x = jnp.ones((int(gib * 2 ** 28),), jnp.float32)
+  f = jax.jit(jnp.sum)
+  f(x).block_until_ready()
+  best = float("inf")
+  for _ in range(repeats):
+    t = time.perf_counter()
+    f(x).block_until_ready()
+    best = min(best, time.perf_counter() - t)
+  return x.nbytes / best
+
+
+def sampler_floor(cfg: ModelConfig, rows: int, prompt_len: int, new_tokens: int,
+                  flops_per_s: float, bytes_per_s: float) -> dict:
+  """A lower bound on the seconds of one JAX sampler call of ``rows`` x ``new_tokens``
+  (prompts left-padded to ``prompt_len``), from its two unavoidable costs:
+
+  - projection matmuls, 2 x (per-layer projection weights x layers + V x D) FLOPs
+    per token, at ``flops_per_s`` (the f32 matmul ceiling);
+  - attention reading the KV cache: per step, rows x layers x 2 x K x H x
+    (prompt_len + the end of the step's phase, `window_phases`) fp32 values,
+    at ``bytes_per_s``.
+
+  The prefill, norms, RoPE, softmax, sampling and cache writes are left out, so
+  the real call is slower. Returns {'matmul_s', 'kv_bytes', 'kv_s', 'floor_s'}.
+  """
+  from graft_jax.rollout.sampler import window_phases
+
+  d, hd = cfg.hidden_size, cfg.head_dim
+  per_layer = (d * cfg.num_heads * hd * 2 + d * cfg.num_kv_heads * hd * 2
+               + 3 * d * cfg.intermediate_size)
+  flops = 2 * (per_layer * cfg.num_layers + cfg.vocab_size * d) * rows * new_tokens
+  per_slot = rows * cfg.num_layers * 2 * cfg.num_kv_heads * hd * 4
+  kv_bytes, start = 0, 0
+  for end in window_phases(new_tokens):
+    kv_bytes += (end - start) * per_slot * (prompt_len + end)
+    start = end
+  out = {"matmul_s": flops / flops_per_s, "kv_bytes": kv_bytes, "kv_s": kv_bytes / bytes_per_s}
+  out["floor_s"] = out["matmul_s"] + out["kv_s"]
+  return out
+
+
 def median_of(rows: list[dict], key: str) -> float:
   return statistics.median(r[key] for r in rows)
