@@ -8,7 +8,9 @@ One run, one random Qwen3-architecture folder for every engine
 graft_jax's step k on the same 16 prompts x n = 8; medians of steps 2..N.
 Then the update's FLOP/s against an f32 matmul measured in this run, and
 tokens/s of the samplers (64 prompts x 8 x 128 new tokens, EOS off, T = 1),
-alternating. Needs the `bench` extra (trl, torch); vLLM runs when
+alternating; and the floors of this machine (the matmul ceiling and a memory
+read rate measured in the same run: `speed.sampler_floor`) for the sampler and
+the step. Needs the `bench` extra (trl, torch); vLLM runs when
 .venv-vllm exists. Compare on an idle machine only: torch's threads degrade
 far more than XLA's under load (the load average is printed).
 """
