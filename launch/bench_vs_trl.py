@@ -90,7 +90,8 @@ def sampler_rows(folder, prompts, args):
       finally:
         vllm.close()
   hf_s = med(times["transformers generate"])
-  floor = speed.sampler_floor(model.cfg, len(prompts) * n, bucket(max(map(len, prompts)), 16),
+  floor = speed.sampler_floor(model.cfg, len(prompts) * n,
+                              bucket(max(map(len, prompts)), jax_engine.min_prompt_bucket),
                               new, args.ceiling, args.read_rate)
   print(f"\nsampler floor on this machine: {floor['floor_s']:.2f} s = projection matmuls "
         f"{floor['matmul_s']:.2f} s at the matmul ceiling + KV-cache reads "
@@ -137,8 +138,10 @@ def main():
           f"memory read {args.read_rate / 1e9:.1f} GB/s")
     flops = jax_side.update_flops()
     trl_step = step_table(trl_rows, jax_rows, flops, ceiling)
-    gen = speed.sampler_floor(load_hf(folder)[0].cfg, 16 * 8,
-                              bucket(jax_side.cfg.max_prompt_len, 16), 64, ceiling, args.read_rate)
+    cfg, engine = jax_side.cfg, jax_side.policy.engine
+    gen = speed.sampler_floor(engine.model_cfg, cfg.prompts_per_step * cfg.n,
+                              bucket(cfg.max_prompt_len, engine.min_prompt_bucket),
+                              cfg.max_response_len, ceiling, args.read_rate)
     floor = flops / ceiling + gen["floor_s"]
     print(f"step floor on this machine: update {flops / ceiling:.2f} s (its FLOPs at the ceiling) "
           f"+ generate {gen['floor_s']:.2f} s (sampler floor, below) = {floor:.2f} s = "

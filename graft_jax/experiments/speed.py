@@ -204,13 +204,14 @@ def sampler_floor(cfg: ModelConfig, rows: int, prompt_len: int, new_tokens: int,
   The prefill, norms, RoPE, softmax, sampling and cache writes are left out, so
   the real call is slower. Returns {'matmul_s', 'kv_bytes', 'kv_s', 'floor_s'}.
   """
+  from graft_jax.rollout.kv_budget import kv_bytes_per_row
   from graft_jax.rollout.sampler import window_phases
 
   d, hd = cfg.hidden_size, cfg.head_dim
   per_layer = (d * cfg.num_heads * hd * 2 + d * cfg.num_kv_heads * hd * 2
                + 3 * d * cfg.intermediate_size)
   flops = 2 * (per_layer * cfg.num_layers + cfg.vocab_size * d) * rows * new_tokens
-  per_slot = rows * cfg.num_layers * 2 * cfg.num_kv_heads * hd * 4
+  per_slot = rows * kv_bytes_per_row(cfg, slots=1, itemsize=4)
   kv_bytes, start = 0, 0
   for end in window_phases(new_tokens):
     kv_bytes += (end - start) * per_slot * (prompt_len + end)

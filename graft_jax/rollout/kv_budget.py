@@ -22,10 +22,14 @@ class KVBudgetError(ValueError):
   """Not even one prompt's KV cache fits the budget."""
 
 
+def kv_bytes_per_row(model_cfg, *, slots: int, itemsize: int) -> int:
+  """KV-cache bytes of one decode row over ``slots`` positions (keys and values, every layer)."""
+  return 2 * model_cfg.num_layers * model_cfg.num_kv_heads * model_cfg.head_dim * slots * itemsize
+
+
 def kv_bytes_per_prompt(model_cfg, *, n: int, slots: int, itemsize: int) -> int:
   """KV-cache bytes of one prompt's n rows (plus its prefill) over ``slots`` positions."""
-  per_row = 2 * model_cfg.num_layers * model_cfg.num_kv_heads * model_cfg.head_dim * slots
-  return (n + 1) * per_row * itemsize
+  return (n + 1) * kv_bytes_per_row(model_cfg, slots=slots, itemsize=itemsize)
 
 
 def prompts_per_chunk(num_prompts: int, per_prompt: int, budget: int) -> int:
