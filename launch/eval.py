@@ -21,11 +21,13 @@ _MODEL = flags.DEFINE_string("model", None, "local HF model folder", required=Tr
 def main(cfg):
   config_checks.check_model_folder("--model", _MODEL.value)
   config_checks.check_writable("output", str(pathlib.Path(cfg.output).absolute().parent))
-  from graft_jax import data, eval as eval_lib, models, rewards  # JAX: after the checks
+  # JAX: after the checks.
+  from graft_jax import compile_cache, data, eval as eval_lib, models, rewards
   from graft_jax.rollout import JaxSamplerEngine, SamplingParams
 
   suite, _ = data.load_suite(data.ordered(dict(cfg.benchmarks)),
                              skip_malformed=cfg.skip_malformed, limit=cfg.limit or None)
+  compile_cache.enable(cfg.compile_cache_dir)  # other checkpoints of a run share its programs
   model, _ = models.load_hf(_MODEL.value)
   tokenizer = models.load_tokenizer(_MODEL.value)
   engine = JaxSamplerEngine(model, eos_ids=tokenizer.eos_token_id,

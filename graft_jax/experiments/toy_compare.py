@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from graft_jax import cli
+from graft_jax import cli, compile_cache
 from graft_jax import eval as graft_eval
 from graft_jax.data.prompts import PromptTemplate
 from graft_jax.models import load_hf, load_tokenizer
@@ -212,6 +212,12 @@ def evaluate_initial(pair, pair_cfg, *, eval_k: int, seed: int) -> dict:
   return evaluate_models(load_pair(pair), pair_cfg, k=eval_k, seed=seed)
 
 
+def _start_worker(cache_dir: str) -> None:
+  """A spawned worker's set-up: logs as the launcher's, and the compilation cache."""
+  cli.setup_logging()
+  compile_cache.enable(cache_dir)
+
+
 def run_comparison(cfgs: dict, pair, pair_cfg, *, eval_k: int = 2, seed: int = 0,
                    num_train_problems: int = 2048, jobs: int = 1) -> dict:
   """Trains every ``cfgs[method]`` from the pair's initial weights and evaluates the results.
@@ -224,6 +230,10 @@ def run_comparison(cfgs: dict, pair, pair_cfg, *, eval_k: int = 2, seed: int = 0
       spawned process. The runs are independent, so results do not depend on it.
   """
   start = time.perf_counter()
+  # The runs share most programs (the pair's samplers and scorers, each method's
+  # update): one process compiles a program, the others load it from the cache.
+  cache_dir = next(iter(cfgs.values())).compile_cache_dir if cfgs else ""
+  compile_cache.enable(cache_dir)
   kw = dict(eval_k=eval_k, seed=seed)
   tasks = {label: (run_method, (cfg, pair, pair_cfg), dict(kw, num_train_problems=num_train_problems))
            for label, cfg in cfgs.items()}
@@ -231,8 +241,8 @@ def run_comparison(cfgs: dict, pair, pair_cfg, *, eval_k: int = 2, seed: int = 0
   if jobs > 1:
     ctx = multiprocessing.get_context("spawn")  # JAX must not be forked
     # Each worker logs like the launcher: our lines above the bar, third-party INFO quiet.
-    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx,
-                                                initializer=cli.setup_logging) as pool:
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_start_worker,
+                                                initargs=(cache_dir,)) as pool:
       futures = {k: pool.submit(fn, *args, **kwargs) for k, (fn, args, kwargs) in tasks.items()}
       done = {k: f.result() for k, f in futures.items()}
   else:

@@ -266,6 +266,9 @@ class TrainConfig:
   distributed: DistributedConfig = DistributedConfig()
   jax_devices: tuple[int, ...] = ()  # the trainer's local GPU ids; () = all visible
   xla_mem_fraction: float = 0.0  # XLA_PYTHON_CLIENT_MEM_FRACTION; 0 = JAX's default
+  # XLA's persistent compilation cache (graft_jax.compile_cache): compiled programs
+  # are kept here, per machine, for later processes; '' = off.
+  compile_cache_dir: str = '~/.cache/graft_jax/xla'
   # Memory (graft_jax.train.microbatch, graft_jax.models.decoder; launch/plan.py
   # says which settings fit a device). 0 = the whole minibatch in one pass.
   micro_batch_tokens: int = 0  # per device, per gradient micro-batch (rows x padded length)

@@ -10,7 +10,7 @@ import pathlib
 import jax
 import jax.numpy as jnp
 
-from graft_jax import distributed
+from graft_jax import compile_cache, distributed
 from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.sharding import (MeshConfig, describe_mesh, format_bytes, make_mesh,
                                 max_bytes_per_device)
@@ -52,8 +52,10 @@ def load_models(cfg, mesh=None) -> dict:
 
 def start_processes(cfg) -> bool:
   """Applies the trainer's device settings (``jax_devices``, ``xla_mem_fraction``) and
-  joins the other processes of a multi-process run (``graft_jax.distributed``); call it
-  before anything touches a JAX device. Returns whether the run is multi-process."""
+  its compilation cache (``compile_cache_dir``), and joins the other processes of a
+  multi-process run (``graft_jax.distributed``); call it before anything touches a
+  JAX device. Returns whether the run is multi-process."""
+  compile_cache.enable(cfg.compile_cache_dir)
   if cfg.xla_mem_fraction:
     os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = str(cfg.xla_mem_fraction)
   if cfg.jax_devices:
