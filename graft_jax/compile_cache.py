@@ -37,7 +37,7 @@ from graft_jax.toy import build_machine
 
 log = logging.getLogger(__name__)
 
-MAX_BYTES = 4 * 2 ** 30  # least recently used entries go beyond this
+MAX_BYTES = 4 * 2 ** 30  # above this, the least recently used programs are deleted
 # Programs that compile faster than this are not worth a file each.
 MIN_COMPILE_SECONDS = 0.2
 
