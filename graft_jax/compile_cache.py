@@ -42,21 +42,14 @@ MAX_BYTES = 4 * 2 ** 30  # above this, the least recently used programs are dele
 MIN_COMPILE_SECONDS = 0.2
 
 
-def _cpu_flags(cpuinfo: str) -> str:
-  for line in cpuinfo.splitlines():
-    key, sep, value = line.partition(":")
-    if sep and key.strip() in ("flags", "Features"):
-      return " ".join(sorted(value.split()))
-  return ""
-
-
 def machine_tag(cpuinfo: str | None = None) -> str:
   """16 hex digits naming what compiled XLA code depends on besides the program:
   the processor and its feature flags, jaxlib, ``XLA_FLAGS``."""
   if cpuinfo is None:
-    path = Path("/proc/cpuinfo")
-    cpuinfo = path.read_text() if path.is_file() else ""
-  key = dict(build_machine.fingerprint(cpuinfo), flags=_cpu_flags(cpuinfo))
+    cpuinfo = build_machine.read_cpuinfo()
+  fields = build_machine.cpuinfo_fields(cpuinfo)
+  flags = " ".join(sorted(fields.get("flags", fields.get("Features", "")).split()))
+  key = dict(build_machine.fingerprint(cpuinfo), flags=flags)
   return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 

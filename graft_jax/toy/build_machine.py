@@ -16,7 +16,14 @@ import platform
 from pathlib import Path
 
 
-def _cpuinfo_fields(text: str) -> dict:
+def read_cpuinfo() -> str:
+  """/proc/cpuinfo's text ('' where there is none)."""
+  path = Path("/proc/cpuinfo")
+  return path.read_text() if path.is_file() else ""
+
+
+def cpuinfo_fields(text: str) -> dict:
+  """The first processor's ``key: value`` lines of /proc/cpuinfo text."""
   first = text.split("\n\n", 1)[0]
   fields = {}
   for line in first.splitlines():
@@ -33,9 +40,8 @@ def fingerprint(cpuinfo: str | None = None) -> dict:
   import jaxlib  # pylint: disable=import-outside-toplevel
 
   if cpuinfo is None:
-    path = Path("/proc/cpuinfo")
-    cpuinfo = path.read_text() if path.is_file() else ""
-  fields = _cpuinfo_fields(cpuinfo)
+    cpuinfo = read_cpuinfo()
+  fields = cpuinfo_fields(cpuinfo)
   if fields:
     cpu = " / ".join(fields.get(k, "?") for k in
                      ("vendor_id", "model name", "cpu family", "model", "stepping"))
