@@ -17,6 +17,8 @@ fill a micro-batch are zero rows with an all-zero mask, outside every sum.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from graft_jax.train.rows import TOKEN_FIELDS  # the per-token inputs: trimmed to L
@@ -57,4 +59,25 @@ def gather_micro_batch(batch: dict, idx, rows: int, length: int) -> dict:
     padded = np.zeros((rows,) + v.shape[1:], v.dtype)
     padded[:len(idx)] = v
     out[k] = padded
+  return out
+
+
+def by_shape(plan) -> list[tuple[tuple[int, int], list[tuple[int, np.ndarray]]]]:
+  """The plan's micro-batches grouped by shape: ``[((R, L), [(position in plan, row
+  indices)])]``. Lengths never grow along a plan and R follows from L, so each shape
+  is one consecutive run."""
+  return [(shape, [(i, idx) for i, (idx, _, _) in group])
+          for shape, group in itertools.groupby(enumerate(plan), key=lambda e: e[1][1:])]
+
+
+def stack_micro_batches(batch: dict, entries, rows: int, length: int, slots: int) -> dict:
+  """The micro-batches ``entries`` (``(position, row indices)``, all of shape
+  (``rows``, ``length``)) as `gather_micro_batch` builds them, stacked on a leading
+  axis of ``slots``; the slots after them hold zero micro-batches."""
+  mbs = [gather_micro_batch(batch, idx, rows, length) for _, idx in entries]
+  out = {}
+  for k, v in mbs[0].items():
+    out[k] = np.zeros((slots,) + v.shape, v.dtype)
+    for j, mb in enumerate(mbs):
+      out[k][j] = mb[k]
   return out

@@ -88,11 +88,16 @@ def split_minibatch(batch: dict, rows: int, *, by_rows: bool = False) -> dict:
   return micro
 
 
+def _summed(key: str) -> bool:
+  """Whether a metric is already divided by whole-minibatch counts (micro-batches add
+  up) rather than a fraction to weight by each micro-batch's share of loss units."""
+  return key in _SUMMED or key.endswith(("_tokens", "_clipped"))
+
+
 def combine_metrics(metrics_M: dict, share_M) -> dict:
   """Per-micro-batch metrics -> the minibatch's: whole-minibatch means and counts
   add up; fractions are weighted by each micro-batch's share of loss units."""
-  return {k: v.sum() if (k in _SUMMED or k.endswith(("_tokens", "_clipped"))) else (v * share_M).sum()
-          for k, v in metrics_M.items()}
+  return {k: v.sum() if _summed(k) else (v * share_M).sum() for k, v in metrics_M.items()}
 
 
 def accumulated_grads(params, micro, update_index, *, graphdef, spec, grad_sharding=None):
@@ -152,9 +157,34 @@ def apply_grads(params, opt_state, grads, *, tx):
   return optax.apply_updates(params, updates), opt_state, optax.tree.norm(grads)
 
 
+def shape_grads(params, acc, stack, count, update_index, *, graphdef, spec, grad_sharding=None):
+  """``acc`` plus the fp32 gradients of the first ``count`` micro-batches of ``stack``
+  (all of one shape, stacked on a leading axis; the rest is padding that never runs),
+  and their metrics combined as `combine_metrics` does, with each micro-batch's
+  ``share``. A ``fori_loop`` whose trip count comes from the host: one program per
+  stack shape whatever the count, and what a call costs beyond its micro-batches is
+  paid once per shape, not once per micro-batch (on the benchmark's update, 11
+  micro-batches in one call took 0.85x the time of 11 calls; BENCHMARKS.md)."""
+
+  def one(i, carry):
+    acc, total = carry
+    mb = jax.tree.map(lambda x: jax.lax.dynamic_index_in_dim(x, i, keepdims=False), stack)
+    acc, metrics = micro_grads(params, acc, mb, update_index, graphdef=graphdef, spec=spec)
+    if grad_sharding is not None:
+      acc = jax.lax.with_sharding_constraint(acc, grad_sharding)
+    return acc, {k: total[k] + (v if _summed(k) else v * mb["share"]) for k, v in metrics.items()}
+
+  first = jax.tree.map(lambda x: x[0], stack)
+  shapes = jax.eval_shape(lambda: micro_grads(params, acc, first, update_index,
+                                              graphdef=graphdef, spec=spec)[1])
+  total = jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), shapes)
+  return jax.lax.fori_loop(0, count, one, (acc, total))
+
+
 def packed_programs(policy, spec):
-  """The policy's (per-micro-batch gradient, optimizer step) programs for ``spec``,
-  built once; jit compiles the first one once per micro-batch shape (R, L)."""
+  """The policy's (gradient of the micro-batches of one shape, optimizer step) programs
+  for ``spec``, built once; jit compiles the first one once per stack shape
+  (slots, R, L), and the slots depend on the minibatch's rows and R only."""
   key = ("packed", spec)
   if key not in policy.compiled:
     kw_grad, kw_apply = {}, {}
@@ -163,7 +193,8 @@ def packed_programs(policy, spec):
       kw_grad["out_shardings"] = (policy.param_sharding, replicated)
       kw_apply["out_shardings"] = (policy.param_sharding, policy.opt_sharding, replicated)
     policy.compiled[key] = (
-        jax.jit(functools.partial(micro_grads, graphdef=policy.graphdef, spec=spec),
+        jax.jit(functools.partial(shape_grads, graphdef=policy.graphdef, spec=spec,
+                                  grad_sharding=policy.param_sharding),
                 donate_argnums=(1,), **kw_grad),
         jax.jit(functools.partial(apply_grads, tx=policy.tx), donate_argnums=(0, 1, 2),
                 **kw_apply))
@@ -193,10 +224,12 @@ def packed_update(policy, params, opt_state, batch: dict, update_index, spec, *,
 def packed_grads(policy, params, batch: dict, update_index, spec, *, micro_batch_tokens: int):
   """(fp32 gradient of the minibatch's loss, its metrics), summed over micro-batches
   packed by length; each divides its sums by the whole minibatch's counts, so the sum
-  is the unsplit gradient."""
+  is the unsplit gradient. The micro-batches of each shape (R, L) run in one call of
+  `shape_grads`, stacked in ``ceil(B / R)`` slots (as many as that shape can have)."""
   mesh = policy.mesh
   shards = batch_shards(mesh) if mesh is not None else 1
   lengths_B = np.asarray(batch["attn"]).sum(axis=1)
+  b = len(lengths_B)
   plan = length_packing.plan_micro_batches(lengths_B, batch["ids"].shape[1],
                                            micro_batch_tokens, shards)
   totals = {k: np.float32(v) for k, v in minibatch_totals(batch).items()}
@@ -205,16 +238,20 @@ def packed_grads(policy, params, batch: dict, update_index, spec, *, micro_batch
   share_M /= max(float(share_M.sum()), 1.0)
   grad_fn = packed_programs(policy, spec)[0]
   acc = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32, device=p.sharding), params)
-  metrics_M = []
-  for idx, rows, length in plan:
-    mb = length_packing.gather_micro_batch(batch, idx, rows, length)
+  metrics_S = []
+  for (rows, length), entries in length_packing.by_shape(plan):
+    stack = length_packing.stack_micro_batches(batch, entries, rows, length, slots=-(-b // rows))
+    count = len(entries)
+    stack.update({k: np.full(len(stack["ids"]), v, np.float32) for k, v in totals.items()})
+    stack["share"] = np.zeros(len(stack["ids"]), np.float32)
+    stack["share"][:count] = share_M[[i for i, _ in entries]]
     if mesh is not None:
       # Each process hands over only the rows its devices hold (graft_jax.distributed).
-      mb = {k: to_global(v, batch_sharding(mesh, ndim=v.ndim)) for k, v in mb.items()}
-    acc, metrics = grad_fn(params, acc, dict(mb, **totals), update_index)
-    metrics_M.append(metrics)
-  stacked = {k: jnp.stack([m[k] for m in metrics_M]) for k in metrics_M[0]}
-  return acc, combine_metrics(stacked, jnp.asarray(share_M))
+      stack = {k: to_global(v, batch_sharding(mesh, ndim=v.ndim, row_dim=1))
+               for k, v in stack.items()}
+    acc, metrics = grad_fn(params, acc, stack, np.int32(count), update_index)
+    metrics_S.append(metrics)
+  return acc, {k: sum(m[k] for m in metrics_S) for k in metrics_S[0]}
 
 
 def update(policy, params, opt_state, batch: dict, update_index, spec, *,

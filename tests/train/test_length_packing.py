@@ -55,6 +55,66 @@ def test_short_rows_share_a_micro_batch_and_each_is_cut_to_its_length():
   assert mb["ids"][0, 0] == 3 * 512 and not mb["attn"][1:].any()
 
 
+def test_micro_batches_are_grouped_by_shape_and_stacked_in_zero_padded_slots():
+  plan = length_packing.plan_micro_batches([500, 40, 60, 30, 120, 50, 110, 100], 512,
+                                           budget_tokens=256)
+  # 500 alone at L=512; 120 and 110, then 100 and 60, at L=128 (2 rows each); 50, 40 and
+  # 30 at L=64 (4 rows, one of them padding).
+  groups = length_packing.by_shape(plan)
+  assert [(shape, [(i, idx.tolist()) for i, idx in entries]) for shape, entries in groups] == [
+      ((1, 512), [(0, [0])]), ((2, 128), [(1, [4, 6]), (2, [7, 2])]), ((4, 64), [(3, [5, 1, 3])])]
+  batch = {"ids": np.arange(8 * 512).reshape(8, 512) + 1, "attn": np.ones((8, 512), bool),
+           "adv": np.arange(1, 9, dtype=np.float32)}
+  (rows, length), entries = groups[1]
+  stack = length_packing.stack_micro_batches(batch, entries, rows, length, slots=4)
+  assert stack["ids"].shape == (4, 2, 128) and stack["adv"].shape == (4, 2)
+  for j, (_, idx) in enumerate(entries):
+    want = length_packing.gather_micro_batch(batch, idx, rows, length)
+    for k in batch:
+      np.testing.assert_array_equal(stack[k][j], want[k])
+  for k in batch:  # the slots after the micro-batches are zeros
+    assert not stack[k][2:].any()
+
+
+def test_shape_grads_runs_only_the_first_count_micro_batches():
+  graphdef, params = nnx.split(_model())
+  spec = LossSpec()
+  rows = graft_rows(np.random.default_rng(3))
+  batch = pack_minibatch(rows, np.arange(len(rows)), pad_id=0)
+  totals = {k: np.float32(v) for k, v in microbatch.minibatch_totals(batch).items()}
+  half = len(rows) // 2
+  first = dict(length_packing.gather_micro_batch(batch, np.arange(half), half,
+                                                 batch["ids"].shape[1]), **totals)
+  second = dict(length_packing.gather_micro_batch(batch, np.arange(half, 2 * half), half,
+                                                  batch["ids"].shape[1]), **totals)
+  stack = {k: np.stack([first[k], second[k]]) for k in first}
+  stack["share"] = np.asarray([0.25, 0.75], np.float32)
+  zeros = jax.tree.map(lambda p: np.zeros(p.shape, np.float32), params)
+  run = jax.jit(lambda p, a, s, n: microbatch.shape_grads(p, a, s, n, 1, graphdef=graphdef,
+                                                           spec=spec))
+  (_, want1), g1 = jax.value_and_grad(loss_fn, has_aux=True)(
+      params, to_device_batch(first), graphdef, spec, 1)
+  (_, want2), g2 = jax.value_and_grad(loss_fn, has_aux=True)(
+      params, to_device_batch(second), graphdef, spec, 1)
+  got1, m1 = run(params, zeros, stack, np.int32(1))
+  got2, m2 = run(params, zeros, stack, np.int32(2))
+  scale = max(float(np.abs(w).max()) for w in jax.tree.leaves(g2))
+  assert scale > 1e-4
+  for a, b, w1, w2 in zip(*map(jax.tree.leaves, (got1, got2, g1, g2))):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(w1), rtol=0, atol=1e-6 * scale)
+    np.testing.assert_allclose(np.asarray(b), np.asarray(w1) + np.asarray(w2), rtol=0,
+                               atol=1e-6 * scale)
+  # Summed metrics add up; fractions are weighted by each micro-batch's share.
+  np.testing.assert_allclose(float(m2["pg_loss"]), float(want1["pg_loss"] + want2["pg_loss"]),
+                             rtol=1e-6)
+  np.testing.assert_allclose(float(m1["pg_loss"]), float(want1["pg_loss"]), rtol=1e-6)
+  frac = [k for k in want1 if not microbatch._summed(k)]
+  assert frac
+  for k in frac:
+    np.testing.assert_allclose(float(m2[k]), 0.25 * float(want1[k]) + 0.75 * float(want2[k]),
+                               rtol=1e-5, atol=1e-7)
+
+
 def _policy(graphdef, tx):
   return types.SimpleNamespace(graphdef=graphdef, tx=tx, compiled={}, mesh=None,
                                param_sharding=None, opt_sharding=None)
