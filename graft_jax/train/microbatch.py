@@ -164,7 +164,7 @@ def shape_grads(params, acc, stack, count, update_index, *, graphdef, spec, grad
   ``share``. A ``fori_loop`` whose trip count comes from the host: one program per
   stack shape whatever the count, and what a call costs beyond its micro-batches is
   paid once per shape, not once per micro-batch (on the benchmark's update, 11
-  micro-batches in one call took 0.85x the time of 11 calls; BENCHMARKS.md)."""
+  micro-batches in one call took about 0.83x the time of 11 calls; BENCHMARKS.md)."""
 
   def one(i, carry):
     acc, total = carry
