@@ -5,10 +5,12 @@
 
 Everything the run needs (config values, workdir, model folders, data and
 benchmark files) is checked before a model loads; a mistake is one line
-naming the field. The run ends with each model's validation pass@1 and the
-paths it wrote.
+naming the field. The run ends by writing each trained model as a Hugging
+Face folder (<workdir>/hf/<model>, `checkpoint.export_hf`) and prints each
+model's validation pass@1 and the paths it wrote.
 """
 
+import pathlib
 import time
 
 from absl import flags
@@ -35,6 +37,9 @@ def main(config_dict):
   trainer = setup.build_trainer(cfg)
   try:
     trainer.run(_STEPS.value)
+    if cfg.checkpoint.export_hf:
+      progress.phase("writing each trained model as a Hugging Face folder…")
+      trainer.export_hf(pathlib.Path(cfg.workdir, "hf"))
   finally:
     trainer.close()
   if distributed.is_writer():

@@ -156,6 +156,9 @@ class CheckpointConfig:
   keep: int = 3
   dir: str = ''  # '' = <workdir>/checkpoints
   resume: bool = True
+  # At the end of launch/train.py, each trained model as a Hugging Face folder
+  # <workdir>/hf/<model> (weights as stored, tokenizer included): launch/eval.py's --model.
+  export_hf: bool = True
 
 
 @dataclasses.dataclass(frozen=True)

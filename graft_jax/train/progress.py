@@ -168,6 +168,9 @@ def run_outputs(cfg) -> list[tuple[str, str]]:
   if cfg.logging.peer_log:
     out.append((cfg.peer_log_dir, "every rollout, <model>/step_*.parquet (pandas.read_parquet)"))
   out.append((cfg.checkpoint_dir, "orbax checkpoints; the same command resumes"))
+  if cfg.checkpoint.export_hf:
+    out.append((str(work / "hf"), "each trained model as a Hugging Face folder "
+                "(launch/eval.py --model=<folder>/<model>)"))
   out.append((str(work / "config.json"), "the resolved config"))
   if cfg.engine == "vllm":
     out.append((str(work / "vllm"), "each vLLM server's log"))

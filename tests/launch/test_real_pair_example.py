@@ -4,9 +4,11 @@ import json
 import re
 import shlex
 import subprocess
+import sys
 
 import pytest
 
+from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.train import metrics
 from tests.launch.conftest import REPO
 
@@ -45,3 +47,19 @@ def test_readme_real_pair_example_runs(real_pair_files, tmp_path):
   # The closing summary: each model's validation pass@1, then the paths written.
   assert re.search(r"^  smollm3_3b: final \d\.\d{4} \(after step 2\), best", proc.stdout, re.M)
   assert f"  {work / 'metrics.jsonl'}" in proc.stdout
+  # Each trained model as a Hugging Face folder, which launch/eval.py takes as it is.
+  assert f"  {work / 'hf'}" in proc.stdout
+  # (tests/train/test_export_hf.py checks that the folders hold the trained weights.)
+  for name, family in (("smollm3_3b", "smollm3"), ("qwen3_1p7b", "qwen3")):
+    exported, _ = load_hf(work / "hf" / name)
+    assert exported.cfg.model_type == family
+    assert load_tokenizer(work / "hf" / name).get_vocab() == \
+        load_tokenizer(real_pair_files[family]).get_vocab()
+  out = tmp_path / "eval.json"
+  proc = subprocess.run([sys.executable, "launch/eval.py", f"--model={work / 'hf' / 'qwen3_1p7b'}",
+                         f"--config=configs/benchmarks.py:{real_pair_files['eval']}",
+                         "--config.k=1", "--config.limit=1", "--config.max_new_tokens=4",
+                         f"--config.output={out}"],
+                        cwd=REPO, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert json.loads(out.read_text())
