@@ -2,10 +2,10 @@
 
 A minibatch of B rows padded to T tokens is cut into M micro-batches of R rows,
 R = (``micro_batch_tokens`` // T) per device times the devices that split rows
-(verl's ``ppo_max_token_len_per_gpu``). A ``jax.lax.scan`` over the M
-micro-batches adds each one's fp32 gradient, then one optimizer step runs, so
-peak activations are those of one micro-batch. The result is the unsplit
-minibatch's gradient, because every loss term is a mean over the *whole*
+(verl's ``ppo_max_token_len_per_gpu``). A loop over the M micro-batches
+(``shape_grads``; a scan when M is fixed) adds each one's fp32 gradient, then one
+optimizer step runs, so peak activations are those of one micro-batch. The result
+is the unsplit minibatch's gradient, because every loss term is a mean over the *whole*
 minibatch: each micro-batch divides its sums by the minibatch's counts
 (``num_tokens`` for the clipped token loss, ``num_sgt_tokens`` for SGT,
 ``num_rows`` for HACPO's sequence mean and KL), so
@@ -94,29 +94,16 @@ def _summed(key: str) -> bool:
   return key in _SUMMED or key.endswith(("_tokens", "_clipped"))
 
 
-def combine_metrics(metrics_M: dict, share_M) -> dict:
-  """Per-micro-batch metrics -> the minibatch's: whole-minibatch means and counts
-  add up; fractions are weighted by each micro-batch's share of loss units."""
-  return {k: v.sum() if _summed(k) else (v * share_M).sum() for k, v in metrics_M.items()}
-
-
 def accumulated_grads(params, micro, update_index, *, graphdef, spec, grad_sharding=None):
-  """(fp32 gradient summed over the micro-batches, combined metrics): a scan, so one
-  micro-batch's activations are live at a time."""
-
-  def body(acc, mb):
-    acc, metrics = micro_grads(params, acc, mb, update_index, graphdef=graphdef, spec=spec)
-    if grad_sharding is not None:
-      acc = jax.lax.with_sharding_constraint(acc, grad_sharding)
-    return acc, metrics
-
+  """(fp32 gradient summed over the micro-batches, combined metrics): `shape_grads` over
+  all M of them (a loop, so one micro-batch's activations are live at a time)."""
   if micro["ids"].shape[0] == 1:  # no accumulation: the plain minibatch gradient
     (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         params, jax.tree.map(lambda x: x[0], micro), graphdef, spec, update_index)
     return grads, dict(metrics, loss=loss)
   zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
-  grads, metrics_M = jax.lax.scan(body, zeros, micro)
-  return grads, combine_metrics(metrics_M, micro["share"])
+  return shape_grads(params, zeros, micro, micro["ids"].shape[0], update_index,
+                     graphdef=graphdef, spec=spec, grad_sharding=grad_sharding)
 
 
 def accumulated_update(params, opt_state, micro, update_index, *, graphdef, tx, spec,
@@ -160,8 +147,8 @@ def apply_grads(params, opt_state, grads, *, tx):
 def shape_grads(params, acc, stack, count, update_index, *, graphdef, spec, grad_sharding=None):
   """``acc`` plus the fp32 gradients of the first ``count`` micro-batches of ``stack``
   (all of one shape, stacked on a leading axis; the rest is padding that never runs),
-  and their metrics combined as `combine_metrics` does, with each micro-batch's
-  ``share``. A ``fori_loop`` whose trip count comes from the host: one program per
+  and the minibatch's metrics: whole-minibatch means and counts add up, fractions
+  are weighted by each micro-batch's ``share`` of loss units. A ``fori_loop`` whose trip count comes from the host: one program per
   stack shape whatever the count, and what a call costs beyond its micro-batches is
   paid once per shape, not once per micro-batch (on the benchmark's update, 11
   micro-batches in one call took about 0.83x the time of 11 calls; BENCHMARKS.md)."""
