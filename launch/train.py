@@ -39,7 +39,7 @@ def main(config_dict):
     trainer.run(_STEPS.value)
     if cfg.checkpoint.export_hf:
       progress.phase("writing each trained model as a Hugging Face folder…")
-      trainer.export_hf(pathlib.Path(cfg.workdir, "hf"))
+      trainer.export_hf(pathlib.Path(cfg.workdir, "hf"), dtype=cfg.checkpoint.export_dtype)
   finally:
     trainer.close()
   if distributed.is_writer():

@@ -157,8 +157,11 @@ class CheckpointConfig:
   dir: str = ''  # '' = <workdir>/checkpoints
   resume: bool = True
   # At the end of launch/train.py, each trained model as a Hugging Face folder
-  # <workdir>/hf/<model> (weights as stored, tokenizer included): launch/eval.py's --model.
+  # <workdir>/hf/<model> (tokenizer included): launch/eval.py's --model.
   export_hf: bool = True
+  # The exported weights' dtype: 'stored' (param_dtype, fp32 master weights by
+  # default: 4 bytes a parameter) or a cast, e.g. 'bfloat16' (half the size).
+  export_dtype: str = 'stored'
 
 
 @dataclasses.dataclass(frozen=True)

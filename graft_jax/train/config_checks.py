@@ -35,6 +35,7 @@ _ENUMS = {
     'attention_impl': ('dense', 'blocked', 'fused'),
     'vllm.dtype': ('bfloat16', 'float16', 'float32', 'auto'),
     'vllm.weight_sync': ('reload', 'nccl', 'ipc'),
+    'checkpoint.export_dtype': ('stored', 'bfloat16', 'float32', 'float16'),
 }
 # Model names become file and folder names of the peer logs.
 _NAME_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]*$')

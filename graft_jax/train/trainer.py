@@ -250,13 +250,16 @@ class Trainer:
         log.info("%s: best validation pass@1 %.4f after step %d", name, value, step + 1)
     return out
 
-  def export_hf(self, out_root) -> dict:
-    """Writes every trained policy as a Hugging Face folder ``out_root/<name>``."""
+  def export_hf(self, out_root, dtype: str = 'stored') -> dict:
+    """Writes every trained policy as a Hugging Face folder ``out_root/<name>``, its
+    weights as stored (``dtype='stored'``) or cast to ``dtype`` (e.g. 'bfloat16')."""
     from graft_jax.models import save_hf
+    cast = None if dtype == 'stored' else jax.numpy.dtype(dtype)
     out = {}
     for name, p in self.policies.items():
       model = p.model
-      out[name] = save_hf(model, model.cfg, p.tokenizer, pathlib.Path(out_root) / name)
+      out[name] = save_hf(model, model.cfg, p.tokenizer, pathlib.Path(out_root) / name,
+                          dtype=cast)
     return out
 
   def close(self) -> None:

@@ -35,7 +35,8 @@ def test_readme_real_pair_example_runs(real_pair_files, tmp_path):
   args = [a.partition("=")[0] + "=" + str(real_pair_files[STAND_INS[a.partition("=")[2]]])
           if a.partition("=")[2] in STAND_INS else a for a in readme_command()]
   work = tmp_path / "run"
-  proc = subprocess.run(["bash", *args, *SMALL, f"--workdir={work}"], cwd=REPO,
+  proc = subprocess.run(["bash", *args, *SMALL, f"--workdir={work}",
+                         "--config.checkpoint.export_dtype=bfloat16"], cwd=REPO,
                         capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   records = metrics.read_jsonl(work / "metrics.jsonl")
@@ -47,12 +48,14 @@ def test_readme_real_pair_example_runs(real_pair_files, tmp_path):
   # The closing summary: each model's validation pass@1, then the paths written.
   assert re.search(r"^  smollm3_3b: final \d\.\d{4} \(after step 2\), best", proc.stdout, re.M)
   assert f"  {work / 'metrics.jsonl'}" in proc.stdout
-  # Each trained model as a Hugging Face folder, which launch/eval.py takes as it is.
+  # Each trained model as a Hugging Face folder (bf16, as asked), which launch/eval.py
+  # takes as it is.
   assert f"  {work / 'hf'}" in proc.stdout
   # (tests/train/test_export_hf.py checks that the folders hold the trained weights.)
   for name, family in (("smollm3_3b", "smollm3"), ("qwen3_1p7b", "qwen3")):
     exported, _ = load_hf(work / "hf" / name)
     assert exported.cfg.model_type == family
+    assert json.loads((work / "hf" / name / "config.json").read_text())["dtype"] == "bfloat16"
     assert load_tokenizer(work / "hf" / name).get_vocab() == \
         load_tokenizer(real_pair_files[family]).get_vocab()
   out = tmp_path / "eval.json"

@@ -118,6 +118,8 @@ INVALID = [
     (dict(old_logp_source='vllm'), 'old_logp_source must be one of'),
     (dict(engine='sglang'), 'engine must be one of jax, vllm'),
     (dict(dtype='int8'), 'dtype must be one of'),
+    (dict(checkpoint__export_dtype='bf16'), "checkpoint.export_dtype must be one of stored, "
+     "bfloat16, float32, float16, got 'bf16' (did you mean 'bfloat16'?)"),
     (dict(data__source='jsonl'), "data.source must be one of file, synthetic, got 'jsonl'"),
     (dict(reward__kind='math-verify'), "reward.kind must be one of math_verify, synthetic_exact "
      "or a dotted path pkg.module:function, got 'math-verify'"),

@@ -1,6 +1,9 @@
 """Trainer.export_hf writes each trained policy's current weights as a Hugging Face folder."""
 
+import json
+
 import jax
+import ml_dtypes
 import numpy as np
 import pytest
 from flax import nnx
@@ -20,6 +23,7 @@ def test_export_writes_the_trained_weights_and_tokenizers(tmp_path):
   try:
     trainer.run(2)
     folders = trainer.export_hf(tmp_path / "hf")
+    halves = trainer.export_hf(tmp_path / "hf_bf16", dtype="bfloat16")
   finally:
     trainer.close()
   # The same seed: the weights training started from, named in the config's order.
@@ -35,3 +39,13 @@ def test_export_writes_the_trained_weights_and_tokenizers(tmp_path):
     start = jax.tree.leaves(nnx.state(initial[name][0]))
     assert any(not np.array_equal(np.asarray(s), np.asarray(w)) for s, w in zip(start, want))
     assert load_tokenizer(folders[name]).get_vocab() == initial[name][1].get_vocab()
+
+    # The bf16 export holds each live weight rounded to bfloat16 (numpy's own cast), at
+    # half the bytes, and says so in config.json.
+    assert json.loads((halves[name] / "config.json").read_text())["dtype"] == "bfloat16"
+    half, _ = load_hf(halves[name])
+    for g, w in zip(jax.tree.leaves(nnx.state(half)), want):
+      rounded = np.asarray(w).astype(ml_dtypes.bfloat16).astype(np.float32)
+      np.testing.assert_array_equal(np.asarray(g, np.float32), rounded)
+    size = lambda d: sum(f.stat().st_size for f in d.glob("*.safetensors"))
+    assert size(halves[name]) < 0.51 * size(folders[name])
