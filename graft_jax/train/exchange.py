@@ -82,8 +82,9 @@ def peer_gate_columns(num_rows: int, peer_rows, s_R, admitted_R, weight_R, *,
   ``admitted``, ``weight`` over all ``num_rows`` responses (NaN / False where not offered).
 
   ``before``: the record another receiver of the same step already made (K > 2
-  models); the rows it offered keep its entries, so the log holds the first
-  receiver's (in model order) gate of a response offered to several.
+  models); the rows it offered keep its entries, so these columns hold the first
+  receiver's (in model order) gate of a response offered to several, and
+  `receivers_column` holds every receiver's.
   """
   cols = dict(offered=np.zeros(num_rows, bool), s=np.full(num_rows, np.nan, np.float32),
               admitted=np.zeros(num_rows, bool), weight=np.full(num_rows, np.nan, np.float32))
@@ -94,6 +95,22 @@ def peer_gate_columns(num_rows: int, peer_rows, s_R, admitted_R, weight_R, *,
     taken = np.asarray(before["offered"], bool)
     cols = {k: np.where(taken, before[k], v) for k, v in cols.items()}
   return cols
+
+
+def receivers_column(num_rows: int, receiver: str, peer_rows, s_R, admitted_R, weight_R, *,
+                     before: list | None = None) -> list[list[dict]]:
+  """Every receiver's record of each response, for the source's peer log: per row, one
+  ``{receiver, s, admitted, weight}`` per receiver it was offered to, in model order.
+
+  The scalar columns of `peer_gate_columns` keep the first receiver's entries; with
+  K > 2 models a response can go to several receivers, and this column keeps them
+  all. ``before``: the column another receiver of the same step already made.
+  """
+  out = [list(r) for r in before] if before is not None else [[] for _ in range(num_rows)]
+  for b, s, admitted, weight in zip(peer_rows, s_R, admitted_R, weight_R):
+    out[b].append(dict(receiver=receiver, s=float(s), admitted=bool(admitted),
+                       weight=float(weight)))
+  return out
 
 
 @dataclasses.dataclass

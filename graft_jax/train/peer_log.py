@@ -9,7 +9,10 @@ GRAFT: `offered` (its group was grafted into the peer's update), `s` (the
 peer's compatibility score exp(lbar_peer - lbar_gen), see
 `graft_jax.core.compat_weights`), `admitted` (it entered the peer's loss) and
 `weight` (its loss weight there, 0 when not admitted). A response that was not
-offered has `s` and `weight` NaN.
+offered has `s` and `weight` NaN. With more than two models a response can be
+offered to several receivers: those four columns hold the first receiver's (in
+model order), and `receivers` holds every receiver's, a list of
+`{receiver, s, admitted, weight}` per response (empty when not offered).
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ _META_KEY = b'graft_jax.peer_log'
 _COLUMNS = ('step', 'model', 'tokenizer', 'vocab_hash', 'prompt_id',
             'sample_index', 'prompt', 'response', 'response_ids', 'logprobs',
             'reward', 'advantage', 'finished', 'truncated', 'offered', 's',
-            'admitted', 'weight')
+            'admitted', 'weight', 'receivers')
+_RECEIVER = pa.struct([('receiver', pa.string()), ('s', pa.float32()),
+                       ('admitted', pa.bool_()), ('weight', pa.float32())])
 
 
 class PeerLogError(ValueError):
@@ -130,7 +135,8 @@ class PeerLogWriter:
       sample_index: index within the prompt's group; default 0..k-1 per id
         in order of appearance.
       gate: what the peer did with each response (GRAFT): ``offered``,
-        ``s``, ``admitted``, ``weight``, one per response (see the module
+        ``s``, ``admitted``, ``weight``, one per response, and optionally
+        ``receivers``, a list of records per response (see the module
         docstring); default: nothing offered.
       extra: further per-response scalar columns (e.g. 'grafted').
 
@@ -146,10 +152,10 @@ class PeerLogWriter:
         rewards=rewards, advantages=advantages, finished=finished,
         truncated=truncated, prompts=prompts, sample_index=sample_index)
     gate = dict(gate or {})
-    unknown = sorted(set(gate) - {'offered', 's', 'admitted', 'weight'})
+    unknown = sorted(set(gate) - {'offered', 's', 'admitted', 'weight', 'receivers'})
     if unknown:
       raise ValueError(f'peer log gate column {unknown[0]!r} is not one of offered, s, '
-                       f'admitted, weight')
+                       f'admitted, weight, receivers')
     cols.update({f'gate[{k}]': v for k, v in gate.items()})
     cols.update({f'extra[{k}]': v for k, v in (extra or {}).items()})
     for name, col in cols.items():
@@ -187,6 +193,8 @@ class PeerLogWriter:
         's': pa.array(np.asarray(gate.get('s', np.full(num, np.nan)), np.float32)),
         'admitted': pa.array(np.asarray(gate.get('admitted', np.zeros(num)), bool)),
         'weight': pa.array(np.asarray(gate.get('weight', np.full(num, np.nan)), np.float32)),
+        'receivers': pa.array([list(r) for r in gate.get('receivers', [[]] * num)],
+                              pa.list_(_RECEIVER)),
         **{k: pa.array(list(v)) for k, v in (extra or {}).items()},
     })
     info = dict(version=FORMAT_VERSION, model=self.model_name, step=step,
@@ -321,7 +329,8 @@ class PeerLogReader:
       parts.append(t.filter(pc.equal(t.column('prompt_id'), pid)))
     if not parts:
       return self._empty_table()
-    return pa.concat_tables(parts).sort_by(
+    # A log begun before the `receivers` column existed reads it as null there.
+    return pa.concat_tables(parts, promote_options='default').sort_by(
         [('step', 'ascending'), ('sample_index', 'ascending')])
 
   def _empty_table(self) -> pa.Table:

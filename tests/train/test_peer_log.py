@@ -208,6 +208,40 @@ def test_gate_columns_default_to_not_offered_and_round_trip(tmp_path):
     w.write(2, **rows, gate={'s': [1.0] * 3})
 
 
+def test_every_receiver_of_a_response_round_trips(tmp_path):
+  w = _writer(tmp_path)
+  rows = _rows([1, 1, 2])
+  receivers = [[], [dict(receiver='b', s=0.5, admitted=False, weight=0.0)],
+               [dict(receiver='b', s=1.25, admitted=True, weight=1.0),
+                dict(receiver='c', s=0.75, admitted=False, weight=0.0)]]
+  w.write(0, **rows)
+  w.write(1, **rows, gate=dict(offered=[False, True, True], s=[np.nan, 0.5, 1.25],
+                               admitted=[False, False, True], weight=[np.nan, 0.0, 1.0],
+                               receivers=receivers))
+  reader = peer_log.PeerLogReader(tmp_path, 'qwen3')
+  assert reader.load_step(0).column('receivers').to_pylist() == [[], [], []]
+  assert reader.load_step(1).column('receivers').to_pylist() == receivers
+  with pytest.raises(ValueError, match=r'column gate\[receivers\] has 2 rows'):
+    w.write(2, **rows, gate=dict(receivers=receivers[:2]))
+
+
+def test_lookup_reads_a_step_logged_before_the_receivers_column(tmp_path):
+  w = _writer(tmp_path)
+  w.write(0, **_rows([7, 8]))
+  w.write(1, **_rows([7, 9]))
+  # Step 0 as an older writer left it: the same table without `receivers`.
+  path = w.dir / 'step_00000000.parquet'
+  old = pq.read_table(path).drop_columns(['receivers'])
+  pq.write_table(old, path)
+  manifest = json.loads((w.dir / 'step_00000000.json').read_text())
+  data = path.read_bytes()
+  manifest.update(bytes=len(data), sha256=__import__('hashlib').sha256(data).hexdigest())
+  (w.dir / 'step_00000000.json').write_text(json.dumps(manifest))
+  got = peer_log.PeerLogReader(tmp_path, 'qwen3').lookup(7)
+  assert got.column('step').to_pylist() == [0, 1]
+  assert got.column('receivers').to_pylist() == [None, []]
+
+
 def test_tokenizer_label_is_readable(tmp_path):
   import sys
   sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / 'models'))

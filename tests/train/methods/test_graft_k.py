@@ -113,6 +113,41 @@ def test_k3_statistics_per_directed_pair(three):
   np.testing.assert_allclose(rolls["toy_c"].peer_gate["s"][4:8], S_C_Q1, rtol=1e-4)
 
 
+def test_a_group_offered_to_two_receivers_keeps_both_records():
+  """A fails q0 (B mixed) and q1 (C mixed); B and C both fail q2, where A is mixed. Each
+  pair balances to m = 1, so A's q2 group goes to B and to C: A's peer log keeps both."""
+  r_a = [[0, 0, 0, 0], [0, 0, 0, 0], [1, 1, 0, 0], [1, 0, 0, 0]]
+  r_b = [[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1]]
+  r_c = [[1, 1, 1, 1], [1, 0, 1, 0], [0, 0, 0, 0], [1, 1, 1, 1]]
+  cfg = helpers.config("graft", three=True)
+  pols = helpers.policies3(cfg)
+  texts = helpers.TEXTS[8:12]
+  s_b = np.array([1.3, 0.9, 0.7, 1.0])  # s of A's q2 responses under B, set through gen
+  gen_a = np.full(G * N, -2.0, np.float32)
+  gen_a[8:12] = _lbar(pols["toy_b"], 2, texts) - np.log(s_b)
+  s_c = np.exp(_lbar(pols["toy_c"], 2, texts) - gen_a[8:12])  # and under C, as it falls
+  rolls = {"toy_a": helpers.rollout(pols["toy_a"], r_a, gen_mean_B=gen_a),
+           "toy_b": helpers.rollout(pols["toy_b"], r_b),
+           "toy_c": helpers.rollout(pols["toy_c"], r_c, texts=TEXTS_C)}
+  method = methods.make(cfg)
+  peers = method.peers(rolls, [], 0)
+  assert method.receives(rolls, peers) == {"toy_a": ["toy_b", "toy_c", None, None],
+                                           "toy_b": [None, None, "toy_a", None],
+                                           "toy_c": [None, None, "toy_a", None]}
+  method.build_rows(pols, rolls, peers, None)
+  gate = rolls["toy_a"].peer_gate
+  assert gate["receivers"][:8] == [[]] * 8 and gate["receivers"][12:] == [[]] * 4
+  for j in range(N):
+    by_b, by_c = gate["receivers"][8 + j]
+    for rec, name, s in ((by_b, "toy_b", s_b[j]), (by_c, "toy_c", s_c[j])):
+      assert rec["receiver"] == name and rec["s"] == pytest.approx(s, rel=1e-4)
+      assert rec["admitted"] == (s > 0.8)
+      assert rec["weight"] == pytest.approx(min(s, 1.0) if s > 0.8 else 0.0, rel=1e-4)
+  # The scalar columns keep the first receiver's record (B's).
+  np.testing.assert_allclose(gate["s"][8:12], s_b, rtol=1e-4)
+  assert gate["offered"].tolist() == [8 <= b < 12 for b in range(G * N)]
+
+
 def test_one_scoring_call_per_receiver(monkeypatch):
   cfg = helpers.config("graft", three=True)
   pols = helpers.policies3(cfg)
