@@ -166,11 +166,18 @@ class CheckpointConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LoggingConfig:
-  """Every step writes a metrics row (metrics.jsonl, optionally TensorBoard)."""
+  """Every step writes a metrics row (metrics.jsonl, optionally TensorBoard and W&B)."""
   tensorboard: bool = True
   progress_bar: bool = True
   peer_log: bool = True  # record every rollout (needed for later replay)
   peer_log_dir: str = ''  # '' = <workdir>/peer_logs
+  # Weights & Biases (the `wandb` extra): the same scalars against `step`, one W&B
+  # run per workdir (resumed with the training); 'offline' keeps it in <workdir>/wandb.
+  wandb: bool = False
+  wandb_project: str = 'graft_jax'
+  wandb_entity: str = ''  # '' = your default entity
+  wandb_name: str = ''  # '' = the workdir's folder name
+  wandb_mode: str = 'online'
 
 
 @dataclasses.dataclass(frozen=True)

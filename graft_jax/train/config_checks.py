@@ -36,6 +36,7 @@ _ENUMS = {
     'vllm.dtype': ('bfloat16', 'float16', 'float32', 'auto'),
     'vllm.weight_sync': ('reload', 'nccl', 'ipc'),
     'checkpoint.export_dtype': ('stored', 'bfloat16', 'float32', 'float16'),
+    'logging.wandb_mode': ('online', 'offline'),
 }
 # Model names become file and folder names of the peer logs.
 _NAME_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]*$')
@@ -262,6 +263,9 @@ def _check_io(cfg) -> None:
         f'max_prompt_len + max_response_len ({need})')
   _check_range(cfg, 'vllm.max_model_len', lo=0)
   _check_weight_sync(v.weight_sync)
+  if cfg.logging.wandb and importlib.util.find_spec('wandb') is None:
+    raise ConfigError("logging.wandb=true needs the wandb package: pip install -e '.[wandb]'",
+                      field='logging.wandb')
 
 
 _CUDA_PLUGINS = ('jax_cuda12_plugin', 'jax_cuda13_plugin')

@@ -1,4 +1,5 @@
-"""Per-step metrics: metrics.jsonl, TensorBoard scalars and the progress bar (``progress``).
+"""Per-step metrics: metrics.jsonl, TensorBoard scalars, Weights & Biases (``wandb_log``)
+and the progress bar (``progress``).
 
 Nested dicts flatten to 'a/reward_mean'; non-finite numbers become JSON null.
 """
@@ -60,10 +61,12 @@ class MetricsWriter:
   def __init__(self, workdir: str | os.PathLike, *,
                total_steps: int | None = None, initial_step: int = 0,
                tensorboard: bool = True, progress_bar: bool = True,
-               enabled: bool = True):
+               wandb: Mapping[str, Any] | None = None, enabled: bool = True):
+    """``wandb``: None, or the keyword arguments of `wandb_log.WandbLog` (project,
+    entity, name, mode, config) to mirror the scalars to a W&B run."""
     self.enabled = enabled
     self.path = pathlib.Path(workdir) / 'metrics.jsonl'
-    self._file = self._tb = self._bar = None
+    self._file = self._tb = self._bar = self._wandb = None
     if not enabled:
       return
     self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -74,6 +77,9 @@ class MetricsWriter:
       # purge_step: TensorBoard hides the abandoned attempt's events of steps >= initial_step.
       self._tb = tensorboardX.SummaryWriter(
           logdir=str(pathlib.Path(workdir) / 'tensorboard'), purge_step=initial_step)
+    if wandb is not None:
+      from graft_jax.train.wandb_log import WandbLog  # pylint: disable=import-outside-toplevel
+      self._wandb = WandbLog(workdir, **wandb)
     if progress_bar:
       self._bar = progress.ProgressBar(total_steps, initial_step)
 
@@ -90,15 +96,17 @@ class MetricsWriter:
         if key not in ('step', 'time') and isinstance(value, (int, float)):
           self._tb.add_scalar(key, float(value), global_step=step)
       self._tb.flush()
+    if self._wandb is not None:
+      self._wandb.log(record)
     if self._bar is not None:
       self._bar.update(step, record)
     return record
 
   def close(self) -> None:
-    for handle in (self._file, self._tb, self._bar):
+    for handle in (self._file, self._tb, self._wandb, self._bar):
       if handle is not None:
         handle.close()
-    self._file = self._tb = self._bar = None
+    self._file = self._tb = self._wandb = self._bar = None
 
   def __enter__(self) -> MetricsWriter:
     return self

@@ -165,6 +165,10 @@ def run_outputs(cfg) -> list[tuple[str, str]]:
           "per-step metrics and validation (pandas.read_json(path, lines=True))")]
   if cfg.logging.tensorboard:
     out.append((str(work / "tensorboard"), f"tensorboard --logdir {work / 'tensorboard'}"))
+  if cfg.logging.wandb:
+    out.append((str(work / "wandb"), f"the W&B run's files ({cfg.logging.wandb_mode}"
+                + ("; wandb sync <folder>/offline-run-*)" if cfg.logging.wandb_mode == "offline"
+                   else ")")))
   if cfg.logging.peer_log:
     out.append((cfg.peer_log_dir, "every rollout, <model>/step_*.parquet (pandas.read_parquet)"))
   out.append((cfg.checkpoint_dir, "orbax checkpoints; the same command resumes"))

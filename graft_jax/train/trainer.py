@@ -20,8 +20,8 @@ import jax
 import numpy as np
 
 from graft_jax import distributed
-from graft_jax.train import (config_checks, methods, metrics_file, peer_log, progress,
-                             run_inputs, storage)
+from graft_jax.train import (config as config_lib, config_checks, methods, metrics_file,
+                             peer_log, progress, run_inputs, storage)
 from graft_jax.train.checkpoint import Checkpointer
 from graft_jax.train.data_stream import PromptStream
 from graft_jax.train.metrics import MetricsWriter
@@ -227,6 +227,7 @@ class Trainer:
     with MetricsWriter(self.workdir, total_steps=total, initial_step=self.step,
                        tensorboard=self.cfg.logging.tensorboard,
                        progress_bar=self.cfg.logging.progress_bar,
+                       wandb=self._wandb_settings(),
                        enabled=distributed.is_writer()) as writer:
       while self.step < total:
         step = self.step
@@ -249,6 +250,14 @@ class Trainer:
       for name, (step, value) in self.validator.best().items():
         log.info("%s: best validation pass@1 %.4f after step %d", name, value, step + 1)
     return out
+
+  def _wandb_settings(self) -> dict | None:
+    """`WandbLog`'s arguments from ``logging.wandb*``; None when it is off."""
+    lc = self.cfg.logging
+    if not lc.wandb:
+      return None
+    return dict(project=lc.wandb_project, entity=lc.wandb_entity, name=lc.wandb_name,
+                mode=lc.wandb_mode, config=config_lib.to_dict(self.cfg))
 
   def export_hf(self, out_root, dtype: str = 'stored') -> dict:
     """Writes every trained policy as a Hugging Face folder ``out_root/<name>``, its
