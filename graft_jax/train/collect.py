@@ -31,7 +31,7 @@ class Rollout:
   gen_mean_logp_B: np.ndarray
   reward_stats: object = None
   # Set when the peer grafted from these responses: its gate record per row
-  # (``exchange.peer_gate_columns`` and ``receivers_column``), stored in this model's peer log.
+  # (``exchange.peer_gate_columns``), stored in this model's peer log.
   peer_gate: dict | None = None
   # True when ``old_logp`` holds the sampler's log-probs and the update's own
   # forward pass provides the old-policy ones (``step.old_logp_in_update``).

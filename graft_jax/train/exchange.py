@@ -77,14 +77,15 @@ def complementarity(k_recv_G, k_src_G) -> float:
 
 
 def peer_gate_columns(num_rows: int, peer_rows, s_R, admitted_R, weight_R, *,
-                      before: dict | None = None) -> dict:
+                      receiver: str | None = None, before: dict | None = None) -> dict:
   """The source's per-response record of a graft, for its peer log: ``offered``, ``s``,
-  ``admitted``, ``weight`` over all ``num_rows`` responses (NaN / False where not offered).
+  ``admitted``, ``weight`` over all ``num_rows`` responses (NaN / False where not offered),
+  and, given the ``receiver``'s name, ``receivers`` (`receivers_column`).
 
   ``before``: the record another receiver of the same step already made (K > 2
-  models); the rows it offered keep its entries, so these columns hold the first
+  models); the rows it offered keep its entries, so the four columns hold the first
   receiver's (in model order) gate of a response offered to several, and
-  `receivers_column` holds every receiver's.
+  ``receivers`` every receiver's.
   """
   cols = dict(offered=np.zeros(num_rows, bool), s=np.full(num_rows, np.nan, np.float32),
               admitted=np.zeros(num_rows, bool), weight=np.full(num_rows, np.nan, np.float32))
@@ -94,6 +95,9 @@ def peer_gate_columns(num_rows: int, peer_rows, s_R, admitted_R, weight_R, *,
   if before is not None:
     taken = np.asarray(before["offered"], bool)
     cols = {k: np.where(taken, before[k], v) for k, v in cols.items()}
+  if receiver is not None:
+    cols["receivers"] = receivers_column(num_rows, receiver, peer_rows, s_R, admitted_R,
+                                         weight_R, before=(before or {}).get("receivers"))
   return cols
 
 
@@ -102,7 +106,7 @@ def receivers_column(num_rows: int, receiver: str, peer_rows, s_R, admitted_R, w
   """Every receiver's record of each response, for the source's peer log: per row, one
   ``{receiver, s, admitted, weight}`` per receiver it was offered to, in model order.
 
-  The scalar columns of `peer_gate_columns` keep the first receiver's entries; with
+  The four other columns of `peer_gate_columns` keep the first receiver's entries; with
   K > 2 models a response can go to several receivers, and this column keeps them
   all. ``before``: the column another receiver of the same step already made.
   """

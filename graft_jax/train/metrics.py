@@ -18,7 +18,7 @@ import numpy as np
 from graft_jax.train import progress
 from graft_jax.train.metrics_file import MetricsFile, read_jsonl  # read_jsonl: re-exported
 
-__all__ = ['MetricsWriter', 'flatten', 'read_jsonl', 'to_json_value']
+__all__ = ['MetricsWriter', 'flatten', 'read_jsonl', 'scalars', 'to_json_value']
 
 
 def flatten(metrics: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
@@ -49,6 +49,12 @@ def to_json_value(value: Any) -> Any:
   if isinstance(value, int):
     return value
   return str(value)
+
+
+def scalars(record: Mapping[str, Any]) -> dict[str, int | float]:
+  """The plottable entries of a flattened metrics row: numbers, without the wall time
+  (null, a non-finite value, would plot as a broken point)."""
+  return {k: v for k, v in record.items() if k != 'time' and isinstance(v, (int, float))}
 
 
 class MetricsWriter:
@@ -91,9 +97,8 @@ class MetricsWriter:
       return record
     self._file.append(json.dumps(record, allow_nan=False) + '\n')  # flushed and fsynced
     if self._tb is not None:
-      for key, value in record.items():
-        # Scalars only; null (non-finite) would plot as a broken point.
-        if key not in ('step', 'time') and isinstance(value, (int, float)):
+      for key, value in scalars(record).items():
+        if key != 'step':
           self._tb.add_scalar(key, float(value), global_step=step)
       self._tb.flush()
     if self._wandb is not None:

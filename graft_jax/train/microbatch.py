@@ -148,10 +148,11 @@ def shape_grads(params, acc, stack, count, update_index, *, graphdef, spec, grad
   """``acc`` plus the fp32 gradients of the first ``count`` micro-batches of ``stack``
   (all of one shape, stacked on a leading axis; the rest is padding that never runs),
   and the minibatch's metrics: whole-minibatch means and counts add up, fractions
-  are weighted by each micro-batch's ``share`` of loss units. A ``fori_loop`` whose trip count comes from the host: one program per
-  stack shape whatever the count, and what a call costs beyond its micro-batches is
-  paid once per shape, not once per micro-batch (on the benchmark's update, 11
-  micro-batches in one call took about 0.83x the time of 11 calls; BENCHMARKS.md)."""
+  are weighted by each micro-batch's ``share`` of loss units. A ``fori_loop`` whose
+  trip count comes from the host: one program per stack shape whatever the count,
+  and what a call costs beyond its micro-batches is paid once per shape, not once
+  per micro-batch (on the benchmark's update, 11 micro-batches in one call took
+  about 0.83x the time of 11 calls; BENCHMARKS.md)."""
 
   def one(i, carry):
     acc, total = carry

@@ -166,9 +166,9 @@ def run_outputs(cfg) -> list[tuple[str, str]]:
   if cfg.logging.tensorboard:
     out.append((str(work / "tensorboard"), f"tensorboard --logdir {work / 'tensorboard'}"))
   if cfg.logging.wandb:
-    out.append((str(work / "wandb"), f"the W&B run's files ({cfg.logging.wandb_mode}"
-                + ("; wandb sync <folder>/offline-run-*)" if cfg.logging.wandb_mode == "offline"
-                   else ")")))
+    mode = cfg.logging.wandb_mode
+    sync = "; wandb sync <folder>/offline-run-*" if mode == "offline" else ""
+    out.append((str(work / "wandb"), f"the W&B run's files ({mode}{sync})"))
   if cfg.logging.peer_log:
     out.append((cfg.peer_log_dir, "every rollout, <model>/step_*.parquet (pandas.read_parquet)"))
   out.append((cfg.checkpoint_dir, "orbax checkpoints; the same command resumes"))

@@ -17,6 +17,8 @@ import pathlib
 import secrets
 from typing import Any, Mapping
 
+from graft_jax.train import metrics
+
 RUN_ID_FILE = 'wandb_run_id'
 
 
@@ -29,8 +31,9 @@ class WandbLog:
     work = pathlib.Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     id_file = work / RUN_ID_FILE
-    run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(4)
-    id_file.write_text(run_id + '\n')
+    if not id_file.exists():
+      id_file.write_text(secrets.token_hex(4) + '\n')
+    run_id = id_file.read_text().strip()
     self.run = wandb.init(
         project=project, entity=entity or None, name=name or work.resolve().name, id=run_id,
         resume='allow', dir=str(work), mode=mode, config=dict(config or {}),
@@ -40,8 +43,7 @@ class WandbLog:
 
   def log(self, record: Mapping[str, Any]) -> None:
     """One metrics row (flattened, as `MetricsWriter.write` returns it)."""
-    self.run.log({k: v for k, v in record.items()
-                  if k != 'time' and isinstance(v, (int, float))})
+    self.run.log(metrics.scalars(record))
 
   def close(self) -> None:
     self.run.finish()

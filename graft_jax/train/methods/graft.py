@@ -15,8 +15,7 @@ import dataclasses
 import numpy as np
 
 from graft_jax import core
-from graft_jax.train.exchange import (add_own_group, peer_gate_columns, peer_stats,
-                                      receivers_column, score_picks)
+from graft_jax.train.exchange import add_own_group, peer_gate_columns, peer_stats, score_picks
 from graft_jax.train.methods.base import Method, per_receiver
 from graft_jax.train.rows import Rows
 
@@ -81,13 +80,9 @@ def graft_rows(recv_policy, recv_roll, peers: dict, sources_G, cfg):
   by_peer = {name: [i for i, (s, _) in enumerate(picks) if s == name] for name in peers}
   for name, src in peers.items():
     idx = by_peer[name]
-    rows_R = [picks[i][1] for i in idx]
-    before = src.peer_gate
-    src.peer_gate = peer_gate_columns(src.rewards_GxN.size, rows_R, s_R[idx], keep[idx],
-                                      (w * keep)[idx], before=before)
-    src.peer_gate["receivers"] = receivers_column(
-        src.rewards_GxN.size, recv_policy.name, rows_R, s_R[idx], keep[idx], (w * keep)[idx],
-        before=None if before is None else before["receivers"])
+    src.peer_gate = peer_gate_columns(src.rewards_GxN.size, [picks[i][1] for i in idx],
+                                      s_R[idx], keep[idx], (w * keep)[idx],
+                                      receiver=recv_policy.name, before=src.peer_gate)
   total = _gate_stats(peer_stats(recv_roll, peers), range(len(picks)), ids, recv_lbar, gen_lbar,
                       keep, sum(s is not None for s in sources_G))
   if total.pairs:
