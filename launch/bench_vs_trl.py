@@ -7,7 +7,8 @@ One run, one random Qwen3-architecture folder for every engine
 (`graft_jax.experiments.speed`). The steps alternate: TRL's step k, then
 graft_jax's step k on the same 16 prompts x n = 8; medians of steps 2..N.
 Then the update's FLOP/s against an f32 matmul measured in this run, and
-tokens/s of the samplers (64 prompts x 8 x 128 new tokens, EOS off, T = 1),
+tokens/s of the samplers (64 prompts x 8 x 128 new tokens, EOS off, T = 1;
+the JAX sampler also with XLA's decode attention instead of the CPU kernel),
 alternating; and the floors of this machine (the matmul ceiling and a memory
 read rate measured in the same run: `speed.sampler_floor`) for the sampler and
 the step. Needs the `bench` extra (trl, torch); vLLM runs when
@@ -30,7 +31,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import bench_peers  # noqa: E402  (the torch half)
 
 from graft_jax.experiments import speed  # noqa: E402
-from graft_jax.models import load_hf  # noqa: E402
+from graft_jax.models import decode_kernel, load_hf  # noqa: E402
 from graft_jax.rollout import JaxSamplerEngine, SamplingParams  # noqa: E402
 from graft_jax.rollout.kv_budget import bucket  # noqa: E402
 
@@ -62,15 +63,25 @@ def sampler_rows(folder, prompts, args):
   pad = model.cfg.pad_token_id
   new, n = args.new_tokens, args.n
   jax_engine = JaxSamplerEngine(model, eos_ids=[-1], pad_id=pad)  # EOS -1: full budget
+  # The same sampler with XLA's decode attention instead of the CPU kernel.
+  xla_model, _ = load_hf(folder)
+  xla_model.set_decode_attention("xla")
+  xla_engine = JaxSamplerEngine(xla_model, eos_ids=[-1], pad_id=pad)
+  why_not = decode_kernel.unavailable_reason()
+  print(f"\nthe JAX sampler's decode attention: "
+        f"{'the CPU kernel' if why_not is None else 'XLA (the CPU kernel ' + why_not + ')'}")
   params = lambda s: SamplingParams(max_new_tokens=new, temperature=1.0, seed=s)
   total = len(prompts) * n * new
-  assert int(jax_engine.generate(prompts, n, params(0)).mask_BxL.sum()) == total  # compiles
+  for engine in (jax_engine, xla_engine):  # compiles
+    assert int(engine.generate(prompts, n, params(0)).mask_BxL.sum()) == total
   hf = bench_peers.HfSampler(folder, prompts, n, new, pad)
-  times = {"JAX sampler": [], "transformers generate": []}
+  engines = {"JAX sampler": jax_engine, "JAX sampler, XLA decode attention": xla_engine}
+  times = {name: [] for name in engines} | {"transformers generate": []}
   for s in range(args.sampler_repeats):  # alternating
-    t = time.perf_counter()
-    jax_engine.generate(prompts, n, params(s + 1))
-    times["JAX sampler"].append(time.perf_counter() - t)
+    for name, engine in engines.items():
+      t = time.perf_counter()
+      engine.generate(prompts, n, params(s + 1))
+      times[name].append(time.perf_counter() - t)
     times["transformers generate"].append(hf(s))
   if not args.no_vllm and pathlib.Path(args.vllm_python).exists():
     from graft_jax.rollout.vllm_engine import VLLMEngine

@@ -18,6 +18,7 @@ from graft_jax.models.layer_stack import REMAT_POLICIES, run_blocks, scan_period
 from graft_jax.models.layers import MLP, Attention, RMSNorm, param
 
 KVCache = tuple  # per layer: (k_BxKxHxS, v_BxKxSxH)
+DECODE_ATTENTION = ("auto", "xla", "kernel")
 
 
 class Block(nnx.Module):
@@ -116,6 +117,22 @@ class Decoder(nnx.Module):
       self.layers, self.stacks = layer_storage.unstack_blocks(self.stacks), None
     for block in self.layers if self.stacks is None else self.stacks:
       block.attn.attention_impl, block.attn.attention_block = attention, int(attention_block)
+
+  def set_decode_attention(self, impl: str) -> None:
+    """How a decode step's attention over the KV cache runs: 'auto' (the CPU
+    kernel of `graft_jax.models.decode_kernel` where it applies, XLA otherwise),
+    'xla', or 'kernel' (the kernel or an error at trace time). Static: it lives
+    in the graphdef, so a change recompiles. A sampler sharded over several
+    devices keeps XLA's (`JaxSamplerEngine`)."""
+    if impl not in DECODE_ATTENTION:
+      raise ValueError(f"decode attention must be one of {DECODE_ATTENTION}, got {impl!r}")
+    for block in self.layers if self.stacks is None else self.stacks:
+      block.attn.decode_attention = impl
+
+  @property
+  def decode_attention(self) -> str:
+    blocks = self.layers if self.stacks is None else self.stacks
+    return blocks[0].attn.decode_attention
 
   def forward_cached(self, ids_BxT, positions_BxT, kv_mask_BxS, cache: KVCache,
                      cache_index, *, last_only: bool = False):

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from graft_jax.models import decode_kernel
 from graft_jax.models.attention import MASK_VALUE, attention
 from graft_jax.models.matmul import linear
 
@@ -63,15 +64,34 @@ def rope_inv_freq(head_dim: int, *, theta: float, rope_type: str, factor: float,
   return np.where(medium, smoothed, scaled).astype(np.float32)
 
 
-def apply_rope(x_BxTxNxH, positions_BxT, inv_freq_H2):
-  """Rotate-half RoPE (transformers layout: first half pairs with second half)."""
-  freqs_BxTxH2 = positions_BxT.astype(jnp.float32)[..., None] * inv_freq_H2
-  emb_BxTxH = jnp.concatenate([freqs_BxTxH2, freqs_BxTxH2], axis=-1)
-  cos = jnp.cos(emb_BxTxH)[:, :, None, :].astype(x_BxTxNxH.dtype)
-  sin = jnp.sin(emb_BxTxH)[:, :, None, :].astype(x_BxTxNxH.dtype)
+def rope_cos_sin(positions_BxT, inv_freq_H2, num_positions: int):
+  """cos and sin of the rotation angles position x inv_freq, (B, T, H/2) each.
+
+  The angle is the float32 product, as transformers forms it. They are taken
+  from a table over positions [0, num_positions) instead of being computed in
+  place: XLA's CPU fusion would evaluate the cos and sin again for every head
+  that reads them, in every layer (a tenth of the sampler's time), while a
+  gather stays a fusion of its own, shared by the layers. Positions outside
+  the table give NaN.
+  """
+  angle_PxH2 = jnp.arange(num_positions, dtype=jnp.float32)[:, None] * inv_freq_H2
+  take = lambda table: jnp.take(table, positions_BxT, axis=0, mode="fill", fill_value=jnp.nan)
+  return take(jnp.cos(angle_PxH2)), take(jnp.sin(angle_PxH2))
+
+
+def rotate_half(x_BxTxNxH, cos_BxTxH2, sin_BxTxH2):
+  """Rotate-half RoPE (transformers layout: element i pairs with i + H/2):
+  (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)."""
   half = x_BxTxNxH.shape[-1] // 2
-  rotated = jnp.concatenate([-x_BxTxNxH[..., half:], x_BxTxNxH[..., :half]], axis=-1)
-  return x_BxTxNxH * cos + rotated * sin
+  x1, x2 = x_BxTxNxH[..., :half], x_BxTxNxH[..., half:]
+  cos = cos_BxTxH2[:, :, None, :].astype(x_BxTxNxH.dtype)
+  sin = sin_BxTxH2[:, :, None, :].astype(x_BxTxNxH.dtype)
+  return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def apply_rope(x_BxTxNxH, positions_BxT, inv_freq_H2, num_positions: int):
+  """`rotate_half` by the angles of `positions_BxT`, each in [0, num_positions)."""
+  return rotate_half(x_BxTxNxH, *rope_cos_sin(positions_BxT, inv_freq_H2, num_positions))
 
 
 class Attention(nnx.Module):
@@ -92,13 +112,16 @@ class Attention(nnx.Module):
     self.use_rope = bool(use_rope)
     # How the uncached and prefill attention runs (`Decoder.set_memory_options`).
     self.attention_impl, self.attention_block = "dense", 512
+    # How a decode step (one query per row) attends (`Decoder.set_decode_attention`).
+    self.decode_attention = "auto"
 
   def __call__(self, x_BxTxD, positions_BxT, kv_mask_BxS, cache=None, cache_index=None):
     """Attends over this call's keys, or over `cache` after writing them at `cache_index`.
 
     Query t sits at slot `cache_index + t` (0 without a cache) and sees the
     slots s <= its own with `kv_mask_BxS[b, s]`. Returns (out_BxTxD,
-    new_cache); `cache` is `(k_BxKxHxS, v_BxKxSxH)` or None.
+    new_cache); `cache` is `(k_BxKxHxS, v_BxKxSxH)` or None. RoPE positions lie
+    in [0, S), S the width of `kv_mask_BxS` (outside it the rotation is NaN).
     """
     dt = x_BxTxD.dtype
     q_BxTxNxH = linear(x_BxTxD, self.q_DxNxH[...].astype(dt))
@@ -109,8 +132,10 @@ class Attention(nnx.Module):
     if self.use_rope:
       # A trace-time constant: computed from the (static, hashable) config.
       inv_freq = jnp.asarray(rope_inv_freq(self.cfg.head_dim, **self.cfg.rope_kwargs))
-      q_BxTxNxH = apply_rope(q_BxTxNxH, positions_BxT, inv_freq)
-      k_BxTxKxH = apply_rope(k_BxTxKxH, positions_BxT, inv_freq)
+      # Positions lie below the key slots' count (T without a cache, S with one).
+      cos_sin = rope_cos_sin(positions_BxT, inv_freq, kv_mask_BxS.shape[1])
+      q_BxTxNxH = rotate_half(q_BxTxNxH, *cos_sin)
+      k_BxTxKxH = rotate_half(k_BxTxKxH, *cos_sin)
     b, t, n, h = q_BxTxNxH.shape
     kv = self.cfg.num_kv_heads
     # Query head n = k * g + j shares kv head k (transformers' repeat_kv order).
@@ -140,16 +165,30 @@ class Attention(nnx.Module):
     return linear(out_BxTxNxH, self.o_NxHxD[...].astype(dt), in_dims=2), cache
 
   def _cached(self, q_BxTxKxGxH, cache, kv_mask_BxS, cache_index, dt):
-    """Dense attention of queries at slots cache_index.. over the whole cache."""
+    """Dense attention of queries at slots cache_index.. over the whole cache.
+
+    A decode step (one query per row) runs on the CPU kernel of
+    `graft_jax.models.decode_kernel` where `decode_attention` is 'kernel', or
+    'auto' and the kernel applies (an AVX-512 CPU, f32, head_dim 32 / 64 / 128 /
+    256); otherwise, and for 'xla', as XLA's multiply-and-sums below.
+    """
     b, t, _, _, h = q_BxTxKxGxH.shape
     k_BxKxHxS, v_BxKxSxH = cache[0].astype(dt), cache[1].astype(dt)
     s = kv_mask_BxS.shape[1]
     causal_TxS = jnp.arange(s)[None, :] <= (cache_index + jnp.arange(t))[:, None]
     mask_BxTxS = causal_TxS[None] & kv_mask_BxS.astype(bool)[:, None, :]
     if t == 1:
+      q_BxKxGxH = q_BxTxKxGxH[:, 0]
+      why_not = None if self.decode_attention == "xla" else decode_kernel.applies(
+          q_BxKxGxH, k_BxKxHxS, v_BxKxSxH)
+      if why_not is None and self.decode_attention != "xla":
+        return decode_kernel.decode_attention(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH,
+                                              mask_BxTxS[:, 0], scale=h ** -0.5)[:, None]
+      if self.decode_attention == "kernel":
+        raise ValueError(f"decode_attention='kernel', but the CPU decode kernel {why_not}")
       # One query per row (a decode step): products of 2 x 64 by 64 x S per
       # (row, kv head) run faster as a fused multiply-and-sum than as dots.
-      q_BxKxGxHx1 = q_BxTxKxGxH[:, 0, :, :, :, None].astype(jnp.float32)
+      q_BxKxGxHx1 = q_BxKxGxH[..., None].astype(jnp.float32)
       scores = (q_BxKxGxHx1 * k_BxKxHxS[:, :, None]).sum(axis=3)[:, :, :, None]
       probs_BxKxGxS = self._softmax(scores, mask_BxTxS, h, dt)[:, :, :, 0]
       out_BxKxGxH = (probs_BxKxGxS[..., None] * v_BxKxSxH[:, :, None]).sum(axis=3)

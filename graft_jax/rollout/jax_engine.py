@@ -40,7 +40,7 @@ class JaxSamplerEngine:
     cache_dtype: KV-cache dtype (default: the model's compute dtype).
     state_sharding: optional pytree of shardings to place the weights with.
     mesh: optional mesh whose batch axes split the prompts (`max_kv_bytes` is then
-      per device).
+      per device); over several devices the decode step keeps XLA's attention.
     max_kv_bytes: KV-cache bytes one compiled call may hold (None: the model's
       `kv_cache_bytes` memory option; 0: no limit).
   """
@@ -77,11 +77,30 @@ class JaxSamplerEngine:
     if isinstance(model, nnx.Module):
       self.graphdef, state = nnx.split(model)
       self.vocab_size = model.cfg.vocab_size
+      if self._devices() > 1:
+        self.graphdef = self._xla_decode_attention(model)
     else:
       state = model
     if self.state_sharding is not None:
       state = jax.device_put(state, self.state_sharding)
     self.state = state
+
+  def _devices(self) -> int:
+    """How many devices the sampler's rows or weights are spread over."""
+    sets = [s.device_set for s in jax.tree.leaves(self.state_sharding)
+            if isinstance(s, jax.sharding.Sharding)]
+    return max([len(d) for d in sets] + [self.mesh.size if self.mesh is not None else 1])
+
+  def _xla_decode_attention(self, model):
+    """The graphdef of `model` with XLA's decode attention: the CPU kernel
+    (`graft_jax.models.decode_kernel`) runs whole rows on one device and has no
+    rule for splitting them over the mesh. The caller's model is left as it is."""
+    if model.decode_attention == "kernel":
+      raise ValueError(f"decode_attention='kernel' runs on one device; this sampler is "
+                       f"sharded over {self._devices()}")
+    copy = nnx.merge(*nnx.split(model))
+    copy.set_decode_attention("xla")
+    return nnx.split(copy)[0]
 
   def generate(self, prompts: Sequence[Sequence[int]], n: int,
                params: SamplingParams) -> RolloutBatch:

@@ -296,6 +296,12 @@ class TrainConfig:
   # scoring rows, 'blocked' for the sampler's prefill.
   attention_impl: str = 'dense'
   attention_block: int = 512  # positions per query / key block of 'blocked'
+  # The JAX sampler's decode-step attention over the KV cache: 'auto' runs the
+  # hand-written CPU kernel (graft_jax.models.decode_kernel: AVX-512, f32, built
+  # with the host's g++ at first use) where it applies and XLA's elsewhere (GPUs,
+  # a sampler sharded over several devices); 'xla'; 'kernel' (an error where it
+  # cannot run).
+  decode_attention: str = 'auto'
 
   @property
   def checkpoint_dir(self) -> str:

@@ -33,6 +33,7 @@ _ENUMS = {
     'graft.ratio_level': ('token', 'sequence'),
     'remat': ('none', 'full', 'dots_saveable', 'dots_no_batch'),
     'attention_impl': ('dense', 'blocked', 'fused'),
+    'decode_attention': ('auto', 'xla', 'kernel'),
     'vllm.dtype': ('bfloat16', 'float16', 'float32', 'auto'),
     'vllm.weight_sync': ('reload', 'nccl', 'ipc'),
     'checkpoint.export_dtype': ('stored', 'bfloat16', 'float32', 'float16'),
@@ -266,6 +267,23 @@ def _check_io(cfg) -> None:
   if cfg.logging.wandb and importlib.util.find_spec('wandb') is None:
     raise ConfigError("logging.wandb=true needs the wandb package: pip install -e '.[wandb]'",
                       field='logging.wandb')
+  _check_decode_kernel(cfg)
+
+
+def _check_decode_kernel(cfg) -> None:
+  """decode_attention='kernel' asks for the CPU kernel: it needs f32 compute and a
+  host that can build it (the build itself runs at the sampler's first trace)."""
+  if cfg.decode_attention != 'kernel' or cfg.engine != 'jax':
+    return
+  if cfg.dtype != 'float32':
+    raise ConfigError(f"decode_attention='kernel' takes dtype=float32 (the CPU kernel is "
+                      f"f32 only), got dtype={cfg.dtype!r}; 'auto' uses it where it applies",
+                      field='decode_attention')
+  from graft_jax.models import decode_kernel  # pylint: disable=import-outside-toplevel
+  reason = decode_kernel.host_reason()
+  if reason is not None:
+    raise ConfigError(f"decode_attention='kernel', but the CPU decode kernel {reason}; "
+                      f"'auto' falls back to XLA's", field='decode_attention')
 
 
 _CUDA_PLUGINS = ('jax_cuda12_plugin', 'jax_cuda13_plugin')

@@ -46,6 +46,7 @@ def load_models(cfg, mesh=None) -> dict:
                              attention=cfg.attention_impl, attention_block=cfg.attention_block,
                              score_tokens=cfg.micro_batch_tokens,
                              kv_cache_bytes=cfg.rollout.max_kv_bytes)
+    model.set_decode_attention(cfg.decode_attention)
     out[m.name] = (model, load_tokenizer(m.path))
   return out
 

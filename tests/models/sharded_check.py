@@ -12,7 +12,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from graft_jax.models import load_hf, token_logprobs  # noqa: E402
+from graft_jax.models import decode_kernel, load_hf, token_logprobs  # noqa: E402
 from graft_jax.rollout import JaxSamplerEngine, SamplingParams  # noqa: E402
 from graft_jax.sharding import (MeshConfig, batch_sharding, make_mesh,  # noqa: E402
                                 state_shardings)
@@ -86,8 +86,29 @@ def check_stacked(path: str, mesh, ids, mask) -> None:
     sys.exit(f"stacked forward differs: {diff}")
 
 
+def check_decode_kernel() -> None:
+  """The CPU decode kernel on operands split over the 8 devices (XLA runs it on
+  every device at once, on one shared thread pool) returns what it does on one."""
+  if decode_kernel.host_reason() is not None:
+    print(f"decode kernel skipped: {decode_kernel.host_reason()}")
+    return
+  rng = np.random.default_rng(0)
+  b, k, g, h, s = 16, 2, 2, 64, 40
+  ops = [rng.standard_normal(shape).astype(np.float32)
+         for shape in ((b, k, g, h), (b, k, h, s), (b, k, s, h))] + [rng.random((b, s)) < 0.8]
+  fn = jax.jit(lambda *a: decode_kernel.decode_attention(*a, scale=h ** -0.5))
+  want = np.asarray(fn(*ops))
+  split = jax.sharding.NamedSharding(jax.make_mesh((8,), ("rows",)), jax.P("rows"))
+  for _ in range(5):
+    got = np.asarray(fn(*(jax.device_put(x, split) for x in ops)))
+    if not np.array_equal(got, want):
+      sys.exit(f"decode kernel differs over 8 devices: {np.abs(got - want).max()}")
+  print("decode kernel over 8 devices equal")
+
+
 def main(paths: list[str]) -> None:
   assert jax.device_count() == 8, jax.devices()
+  check_decode_kernel()
   for i, path in enumerate(paths):
     # Every family on the 3-axis mesh; the first also on a wide tensor axis
     # (4 > its 2 kv heads) and through the sampler. Each compile costs seconds here.

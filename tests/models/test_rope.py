@@ -27,7 +27,7 @@ def test_value_and_gradient_equal_float64_rotation(shape):
   positions = rng.integers(0, 300, shape[:2]).astype(np.int32)
   inv_freq = (10000.0 ** (-np.arange(0, shape[-1], 2) / shape[-1])).astype(np.float32)
 
-  y, vjp = jax.vjp(lambda a: apply_rope(a, jnp.asarray(positions), jnp.asarray(inv_freq)),
+  y, vjp = jax.vjp(lambda a: apply_rope(a, jnp.asarray(positions), jnp.asarray(inv_freq), 300),
                    jnp.asarray(x))
   (dx,) = jax.jit(vjp)(jnp.asarray(g))
 
@@ -48,10 +48,17 @@ def test_gradient_of_the_gradient_matches_finite_differences():
   x, v, w = (rng.standard_normal(shape).astype(np.float32) for _ in range(3))
   positions = jnp.asarray(rng.integers(0, 50, shape[:2]), jnp.int32)
   inv_freq = jnp.asarray(10000.0 ** (-np.arange(0, 8, 2) / 8), jnp.float32)
-  f = lambda a: jnp.sum(apply_rope(a, positions, inv_freq) ** 2 * w)
+  f = lambda a: jnp.sum(apply_rope(a, positions, inv_freq, 50) ** 2 * w)
   grad = jax.jit(jax.grad(f))
   eps = 1e-2
   fd = (np.asarray(grad(x + eps * v), np.float64) - np.asarray(grad(x - eps * v), np.float64))
   for hvp in (jax.jit(jax.grad(lambda a: jnp.vdot(jax.grad(f)(a), v)))(jnp.asarray(x)),
               jax.jvp(grad, (jnp.asarray(x),), (jnp.asarray(v),))[1]):
     np.testing.assert_allclose(np.asarray(hvp), fd / (2 * eps), rtol=1e-3, atol=1e-3)
+
+
+def test_positions_outside_the_table_give_nan():
+  x = jnp.ones((1, 3, 2, 8), jnp.float32)
+  inv_freq = jnp.asarray(10000.0 ** (-np.arange(0, 8, 2) / 8), jnp.float32)
+  y = np.asarray(jax.jit(apply_rope, static_argnums=3)(x, jnp.asarray([[0, 9, 10]]), inv_freq, 10))
+  assert np.isfinite(y[0, :2]).all() and np.isnan(y[0, 2]).all()

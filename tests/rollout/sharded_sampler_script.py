@@ -5,6 +5,7 @@ import json
 
 import jax
 import numpy as np
+from flax import nnx
 
 from graft_jax.rollout import JaxSamplerEngine, SamplingParams
 from graft_jax.rollout.kv_budget import kv_bytes_per_prompt
@@ -46,7 +47,12 @@ def main():
         "chunked": JaxSamplerEngine(model, eos_ids=[-1], pad_id=0, state_sharding=shardings,
                                     mesh=mesh, max_kv_bytes=one_prompt),
     }
-    res = {"want": want, "row_shards": got_engines["whole"].row_shards}
+    res = {"want": want, "row_shards": got_engines["whole"].row_shards,
+           # The CPU decode kernel has no rule for splitting rows: a sharded sampler
+           # keeps XLA's decode attention, and the caller's model is left as it was.
+           "decode_attention": {"sharded": nnx.merge(got_engines["whole"].graphdef,
+                                                     got_engines["whole"].state).decode_attention,
+                                "model": model.decode_attention}}
     for label, engine in got_engines.items():
       res[label] = {t: sample(engine, t) for t in (0.0, 1.0)}
     # The compiled sampler's rows really are split: each device holds rows / shards.

@@ -33,6 +33,7 @@ def _same(got, want):
 def test_rows_are_split_and_sample_as_on_one_device(report, mesh, shards):
   got = report[mesh]
   assert got["row_shards"] == shards
+  assert got["decode_attention"] == {"sharded": "xla", "model": "auto"}
   assert got["shard_rows"] * shards == got["rows"]  # each device holds its share of rows
   for label in ("whole", "chunked"):
     _same(got[label]["0.0"], got["want"]["0.0"])  # greedy: the same tokens everywhere

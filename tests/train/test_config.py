@@ -120,6 +120,10 @@ INVALID = [
     (dict(dtype='int8'), 'dtype must be one of'),
     (dict(checkpoint__export_dtype='bf16'), "checkpoint.export_dtype must be one of stored, "
      "bfloat16, float32, float16, got 'bf16' (did you mean 'bfloat16'?)"),
+    (dict(decode_attention='cpu'), "decode_attention must be one of auto, xla, kernel"),
+    (dict(decode_attention='kernel', dtype='bfloat16'),
+     "decode_attention='kernel' takes dtype=float32 (the CPU kernel is f32 only), got "
+     "dtype='bfloat16'"),
     (dict(data__source='jsonl'), "data.source must be one of file, synthetic, got 'jsonl'"),
     (dict(reward__kind='math-verify'), "reward.kind must be one of math_verify, synthetic_exact "
      "or a dotted path pkg.module:function, got 'math-verify'"),
