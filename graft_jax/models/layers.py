@@ -81,12 +81,12 @@ def rope_cos_sin(positions_BxT, inv_freq_H2, num_positions: int):
 
 def rotate_half(x_BxTxNxH, cos_BxTxH2, sin_BxTxH2):
   """Rotate-half RoPE (transformers layout: element i pairs with i + H/2):
-  (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)."""
+  x cos + (-x2, x1) sin, with each angle's cos and sin on both halves."""
   half = x_BxTxNxH.shape[-1] // 2
-  x1, x2 = x_BxTxNxH[..., :half], x_BxTxNxH[..., half:]
-  cos = cos_BxTxH2[:, :, None, :].astype(x_BxTxNxH.dtype)
-  sin = sin_BxTxH2[:, :, None, :].astype(x_BxTxNxH.dtype)
-  return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  cos = jnp.concatenate([cos_BxTxH2, cos_BxTxH2], axis=-1)[:, :, None, :].astype(x_BxTxNxH.dtype)
+  sin = jnp.concatenate([sin_BxTxH2, sin_BxTxH2], axis=-1)[:, :, None, :].astype(x_BxTxNxH.dtype)
+  rotated = jnp.concatenate([-x_BxTxNxH[..., half:], x_BxTxNxH[..., :half]], axis=-1)
+  return x_BxTxNxH * cos + rotated * sin
 
 
 def apply_rope(x_BxTxNxH, positions_BxT, inv_freq_H2, num_positions: int):
