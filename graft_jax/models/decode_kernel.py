@@ -48,6 +48,10 @@ CXX_FLAGS = ("-O3", "-march=x86-64-v4", "-mtune=native", "-std=c++20", "-shared"
 _NEEDED_CPU_FLAGS = ("avx512f", "avx512bw", "avx512dq", "avx512vl", "fma")
 
 
+def _compiler() -> str:
+  return os.environ.get("CXX", "g++")
+
+
 def cache_dir() -> pathlib.Path:
   return pathlib.Path(os.environ.get("GRAFT_KERNEL_CACHE")
                       or "~/.cache/graft_jax/kernels").expanduser()
@@ -65,14 +69,14 @@ def host_reason() -> str | None:
   missing = [f for f in _NEEDED_CPU_FLAGS if f not in flags]
   if missing:
     return f"the processor lacks {', '.join(missing)}"
-  if shutil.which(os.environ.get("CXX", "g++")) is None:
-    return f"no C++ compiler ({os.environ.get('CXX', 'g++')}) on PATH"
+  if shutil.which(_compiler()) is None:
+    return f"no C++ compiler ({_compiler()}) on PATH"
   return None
 
 
 def _build() -> pathlib.Path:
   """Compiles the kernel unless a library built from the same inputs is cached."""
-  cxx = shutil.which(os.environ.get("CXX", "g++"))
+  cxx = shutil.which(_compiler())
   version = subprocess.run([cxx, "--version"], capture_output=True, text=True,
                            check=True).stdout.splitlines()[0]
   key = hashlib.sha256(b"\0".join([

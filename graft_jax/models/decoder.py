@@ -115,7 +115,7 @@ class Decoder(nnx.Module):
       self.stacks, self.layers = layer_storage.stack_blocks(self.layers, period), None
     elif not self.scan_layers and self.stacks is not None:
       self.layers, self.stacks = layer_storage.unstack_blocks(self.stacks), None
-    for block in self.layers if self.stacks is None else self.stacks:
+    for block in self._blocks():
       block.attn.attention_impl, block.attn.attention_block = attention, int(attention_block)
 
   def set_decode_attention(self, impl: str) -> None:
@@ -126,13 +126,16 @@ class Decoder(nnx.Module):
     devices keeps XLA's (`JaxSamplerEngine`)."""
     if impl not in DECODE_ATTENTION:
       raise ValueError(f"decode attention must be one of {DECODE_ATTENTION}, got {impl!r}")
-    for block in self.layers if self.stacks is None else self.stacks:
+    for block in self._blocks():
       block.attn.decode_attention = impl
 
   @property
   def decode_attention(self) -> str:
-    blocks = self.layers if self.stacks is None else self.stacks
-    return blocks[0].attn.decode_attention
+    return self._blocks()[0].attn.decode_attention
+
+  def _blocks(self):
+    """The blocks as stored: one per layer, or the stacks (`layer_storage`)."""
+    return self.layers if self.stacks is None else self.stacks
 
   def forward_cached(self, ids_BxT, positions_BxT, kv_mask_BxS, cache: KVCache,
                      cache_index, *, last_only: bool = False):

@@ -179,13 +179,13 @@ class Attention(nnx.Module):
     mask_BxTxS = causal_TxS[None] & kv_mask_BxS.astype(bool)[:, None, :]
     if t == 1:
       q_BxKxGxH = q_BxTxKxGxH[:, 0]
-      why_not = None if self.decode_attention == "xla" else decode_kernel.applies(
-          q_BxKxGxH, k_BxKxHxS, v_BxKxSxH)
-      if why_not is None and self.decode_attention != "xla":
-        return decode_kernel.decode_attention(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH,
-                                              mask_BxTxS[:, 0], scale=h ** -0.5)[:, None]
-      if self.decode_attention == "kernel":
-        raise ValueError(f"decode_attention='kernel', but the CPU decode kernel {why_not}")
+      if self.decode_attention != "xla":
+        why_not = decode_kernel.applies(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH)
+        if why_not is None:
+          return decode_kernel.decode_attention(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH,
+                                                mask_BxTxS[:, 0], scale=h ** -0.5)[:, None]
+        if self.decode_attention == "kernel":
+          raise ValueError(f"decode_attention='kernel', but the CPU decode kernel {why_not}")
       # One query per row (a decode step): products of 2 x 64 by 64 x S per
       # (row, kv head) run faster as a fused multiply-and-sum than as dots.
       q_BxKxGxHx1 = q_BxKxGxH[..., None].astype(jnp.float32)

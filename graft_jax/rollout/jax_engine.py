@@ -78,7 +78,7 @@ class JaxSamplerEngine:
       self.graphdef, state = nnx.split(model)
       self.vocab_size = model.cfg.vocab_size
       if self._devices() > 1:
-        self.graphdef = self._xla_decode_attention(model)
+        self.graphdef = self._xla_decode_attention(self.graphdef, state)
     else:
       state = model
     if self.state_sharding is not None:
@@ -91,14 +91,14 @@ class JaxSamplerEngine:
             if isinstance(s, jax.sharding.Sharding)]
     return max([len(d) for d in sets] + [self.mesh.size if self.mesh is not None else 1])
 
-  def _xla_decode_attention(self, model):
-    """The graphdef of `model` with XLA's decode attention: the CPU kernel
+  def _xla_decode_attention(self, graphdef, state):
+    """`graphdef` with XLA's decode attention: the CPU kernel
     (`graft_jax.models.decode_kernel`) runs whole rows on one device and has no
     rule for splitting them over the mesh. The caller's model is left as it is."""
-    if model.decode_attention == "kernel":
+    copy = nnx.merge(graphdef, state)
+    if copy.decode_attention == "kernel":
       raise ValueError(f"decode_attention='kernel' runs on one device; this sampler is "
                        f"sharded over {self._devices()}")
-    copy = nnx.merge(*nnx.split(model))
     copy.set_decode_attention("xla")
     return nnx.split(copy)[0]
 

@@ -125,6 +125,7 @@ def validate(cfg: Any) -> None:
   _check_optimization(cfg)
   _check_methods(cfg)
   _check_io(cfg)
+  _check_decode_kernel(cfg)
   from graft_jax.train import config_placement  # pylint: disable=import-outside-toplevel
   config_placement.validate(cfg)
 
@@ -267,7 +268,6 @@ def _check_io(cfg) -> None:
   if cfg.logging.wandb and importlib.util.find_spec('wandb') is None:
     raise ConfigError("logging.wandb=true needs the wandb package: pip install -e '.[wandb]'",
                       field='logging.wandb')
-  _check_decode_kernel(cfg)
 
 
 def _check_decode_kernel(cfg) -> None:
