@@ -81,17 +81,20 @@ def write_bench_model(folder, *, seed: int = 0, vocab_size: int = 1024):
 
 
 def grpo_config(max_prompt_len: int, *, new_tokens: int = 64, prompts: int = 16, n: int = 8,
-                micro_batch_tokens: int = 1024):
+                micro_batch_tokens: int = 1024, skip_silent_rows: bool = False):
   """The benchmark's GRPO run: one update per step, fp32, the paper's clip and AdamW.
 
   The gradient is accumulated over micro-batches of ``micro_batch_tokens``
   (rows x padded length): one optimizer step either way, and on a CPU the
   smaller working set runs faster than the whole minibatch (BENCHMARKS.md).
+  Every row runs (``skip_silent_rows`` off): the random model earns no reward, so
+  every group is silent and skipping would leave no update to compare with TRL's.
   """
   return config_lib.from_config_dict(dict(
       method="grpo", prompts_per_step=prompts, n=n, num_minibatches=1, ppo_epochs=1,
       max_prompt_len=max_prompt_len, max_response_len=new_tokens, dtype="float32",
-      micro_batch_tokens=micro_batch_tokens, optimizer=dict(lr=1e-6),
+      micro_batch_tokens=micro_batch_tokens, skip_silent_rows=skip_silent_rows,
+      optimizer=dict(lr=1e-6),
       data=dict(prompt_suffix=SUFFIX)))
 
 

@@ -288,6 +288,11 @@ class TrainConfig:
   # Micro-batches packed by length (graft_jax.train.length_packing); False: equal
   # micro-batches of the padded length under one scan.
   pack_by_length: bool = True
+  # Packed micro-batches leave out the rows whose loss terms are all zero (w A = 0,
+  # not SGT: all-fail and all-pass groups, rows the gate weighted to 0). The gradient
+  # is the same; the ratio / KL / clip fractions are then over the rows that ran
+  # (microbatch.silent_rows). False: every row runs.
+  skip_silent_rows: bool = True
   remat: str = 'none'  # per decoder block: 'none' | 'full' | 'dots_saveable' | 'dots_no_batch'
   scan_layers: bool = False  # one compiled block under jax.lax.scan (flat compile time)
   # Forward / prefill attention (graft_jax.models.attention): 'dense' forms the T x T

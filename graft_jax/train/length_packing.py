@@ -32,13 +32,16 @@ def length_bucket(n_tokens, t: int, multiple: int = 64):
 
 
 def plan_micro_batches(lengths_B, t: int, budget_tokens: int, shards: int = 1,
-                       multiple: int = 64) -> list[tuple[np.ndarray, int, int]]:
+                       multiple: int = 64, num_rows: int | None = None
+                       ) -> list[tuple[np.ndarray, int, int]]:
   """``[(row indices, R, L)]``: each micro-batch's rows (longest first), its row count
-  R (the indices may be fewer: the rest is padding) and its length L."""
+  R (the indices may be fewer: the rest is padding) and its length L. R is capped by
+  the minibatch's ``num_rows`` (default: the rows planned), so planning a subset of
+  a minibatch's rows gives the shapes the whole minibatch would have."""
   lengths_B = np.asarray(lengths_B)
   b = len(lengths_B)
   order = np.argsort(-lengths_B, kind="stable")
-  cap = -(-b // shards)  # rows per device that hold the whole minibatch
+  cap = -(-(b if num_rows is None else num_rows) // shards)  # rows per device: the whole minibatch
   out, start = [], 0
   while start < b:
     length = int(length_bucket(lengths_B[order[start]], t, multiple))

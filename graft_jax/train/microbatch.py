@@ -36,6 +36,8 @@ from graft_jax.train.update import loss_fn, to_device_batch, update_minibatch
 
 # Metrics that are already divided by whole-minibatch counts: micro-batches add up.
 _SUMMED = ("loss", "pg_loss", "sgt_loss", "kl_ref", "objective_sum", "row_count")
+# Host counts `packed_grads` adds to its metrics: the rows left out and the rows run.
+ROW_COUNTS = ("silent_rows", "rows_run")
 
 
 def rows_per_micro(num_rows: int, length: int, budget_tokens: int, shards: int = 1) -> int:
@@ -54,6 +56,28 @@ def minibatch_totals(batch: dict) -> dict:
   return {"num_tokens": (mask_BxT * batch["ppo"][:, None]).sum(),
           "num_sgt_tokens": (mask_BxT * batch["sgt"][:, None]).sum(),
           "num_rows": np.float32((mask_BxT.sum(axis=1) > 0).sum())}
+
+
+def silent_rows(batch: dict, spec) -> np.ndarray:
+  """Rows with response tokens whose every loss term is zero for any parameters.
+
+  Under the clipped token loss (no KL, no entropy term) a PPO row contributes
+  :math:`w_j \\min(\\rho_{j,t} A_j, \\operatorname{clip}(\\rho_{j,t}) A_j)`,
+  which is 0 with its gradient when :math:`w_j A_j = 0`: the rows of all-fail and
+  all-pass groups, and grafted rows the gate weighted to 0. Such a row adds nothing
+  to the gradient but its tokens to the denominator, so its forward and backward
+  pass can be left out without changing the minibatch's gradient. A row in SGT's
+  NLL term (``sgt_coef``) is never silent; HACPO's loss (a KL to the reference on
+  every row) has none.
+  """
+  if spec.kind != "ppo":
+    return np.zeros(len(batch["ids"]), bool)
+  has_tokens_B = np.asarray(batch["resp_mask"]).sum(axis=1) > 0
+  ppo_B = np.asarray(batch["ppo"]) > 0
+  signal_B = ppo_B & (np.asarray(batch["adv"]) * np.asarray(batch["weight"]) != 0)
+  if spec.sgt_coef:
+    signal_B |= np.asarray(batch["sgt"]) > 0
+  return has_tokens_B & ~signal_B
 
 
 def loss_units(batch: dict, by_rows: bool = False) -> np.ndarray:
@@ -88,10 +112,28 @@ def split_minibatch(batch: dict, rows: int, *, by_rows: bool = False) -> dict:
   return micro
 
 
-def _summed(key: str) -> bool:
-  """Whether a metric is already divided by whole-minibatch counts (micro-batches add
-  up) rather than a fraction to weight by each micro-batch's share of loss units."""
-  return key in _SUMMED or key.endswith(("_tokens", "_clipped"))
+def combine_metric(key: str, total, value, share):
+  """A metric over micro-batches so far (``total``) with one more micro-batch's: maxima
+  by maximum, whole-minibatch sums by sum, fractions weighted by its ``share``."""
+  if key.endswith("_max"):
+    return jnp.maximum(total, value)
+  return total + (value if summed_metric(key) else value * share)
+
+
+def summed_metric(key: str) -> bool:
+  """Whether a metric is already divided by whole-minibatch counts, or a plain sum or
+  count (micro-batches add up), rather than a fraction to weight by each micro-batch's
+  share of loss units."""
+  return key in _SUMMED or key.endswith(("_tokens", "_clipped", "_sum"))
+
+
+def pooled_gap_mean(metrics: dict) -> dict:
+  """``metrics`` with the sampler gap's mean recomputed from its pooled sum and count
+  (a mean over micro-batches' own tokens, which the loss units do not weight)."""
+  if "logp_mismatch_sum" in metrics:
+    metrics["logp_mismatch_mean"] = (metrics["logp_mismatch_sum"]
+                                     / jnp.maximum(metrics["logp_mismatch_tokens"], 1.0))
+  return metrics
 
 
 def accumulated_grads(params, micro, update_index, *, graphdef, spec, grad_sharding=None):
@@ -160,13 +202,14 @@ def shape_grads(params, acc, stack, count, update_index, *, graphdef, spec, grad
     acc, metrics = micro_grads(params, acc, mb, update_index, graphdef=graphdef, spec=spec)
     if grad_sharding is not None:
       acc = jax.lax.with_sharding_constraint(acc, grad_sharding)
-    return acc, {k: total[k] + (v if _summed(k) else v * mb["share"]) for k, v in metrics.items()}
+    return acc, {k: combine_metric(k, total[k], v, mb["share"]) for k, v in metrics.items()}
 
   first = jax.tree.map(lambda x: x[0], stack)
   shapes = jax.eval_shape(lambda: micro_grads(params, acc, first, update_index,
                                               graphdef=graphdef, spec=spec)[1])
   total = jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), shapes)
-  return jax.lax.fori_loop(0, count, one, (acc, total))
+  acc, total = jax.lax.fori_loop(0, count, one, (acc, total))
+  return acc, pooled_gap_mean(total)
 
 
 def packed_programs(policy, spec):
@@ -190,10 +233,11 @@ def packed_programs(policy, spec):
 
 
 def packed_update(policy, params, opt_state, batch: dict, update_index, spec, *,
-                  micro_batch_tokens: int):
+                  micro_batch_tokens: int, skip_silent: bool = False):
   """One optimizer step over micro-batches packed by length
   (``graft_jax.train.length_packing``): the fp32 gradient is accumulated over them
-  (`packed_grads`), then one optimizer step runs."""
+  (`packed_grads`), then one optimizer step runs (also when every row is silent:
+  AdamW's moments and weight decay still move the parameters)."""
   mesh = policy.mesh
   with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
     if mesh is not None:
@@ -204,22 +248,39 @@ def packed_update(policy, params, opt_state, batch: dict, update_index, spec, *,
       device = next(iter(jax.tree.leaves(params)[0].devices()))
       params, opt_state = jax.device_put((params, opt_state), device)
     grads, metrics = packed_grads(policy, params, batch, update_index, spec,
-                                  micro_batch_tokens=micro_batch_tokens)
+                                  micro_batch_tokens=micro_batch_tokens, skip_silent=skip_silent)
     params, opt_state, grad_norm = packed_programs(policy, spec)[1](params, opt_state, grads)
   return params, opt_state, dict(metrics, grad_norm=grad_norm)
 
 
-def packed_grads(policy, params, batch: dict, update_index, spec, *, micro_batch_tokens: int):
+def packed_grads(policy, params, batch: dict, update_index, spec, *, micro_batch_tokens: int,
+                 skip_silent: bool = False):
   """(fp32 gradient of the minibatch's loss, its metrics), summed over micro-batches
   packed by length; each divides its sums by the whole minibatch's counts, so the sum
   is the unsplit gradient. The micro-batches of each shape (R, L) run in one call of
-  `shape_grads`, stacked in ``ceil(B / R)`` slots (as many as that shape can have)."""
+  `shape_grads`, stacked in ``ceil(B / R)`` slots (as many as that shape can have).
+
+  With ``skip_silent`` the `silent_rows` are left out of the micro-batches: the
+  gradient and the summed metrics (losses, token counts) are unchanged, since the
+  denominators still count their tokens; the fractions (ratio, KL, clip, the
+  sampler gap) are then over the rows that ran. ``silent_rows`` counts the rows left
+  out and ``rows_run`` those that ran; with none to run, no micro-batch runs (the
+  fractions read 0 beside ``rows_run`` = 0) and the gradient is zero.
+  """
   mesh = policy.mesh
   shards = batch_shards(mesh) if mesh is not None else 1
   lengths_B = np.asarray(batch["attn"]).sum(axis=1)
   b = len(lengths_B)
-  plan = length_packing.plan_micro_batches(lengths_B, batch["ids"].shape[1],
-                                           micro_batch_tokens, shards)
+  silent_B = silent_rows(batch, spec) if skip_silent else np.zeros(b, bool)
+  run_B = np.flatnonzero(~silent_B)
+  plan = length_packing.plan_micro_batches(lengths_B[run_B], batch["ids"].shape[1],
+                                           micro_batch_tokens, shards, num_rows=b)
+  plan = [(run_B[idx], rows, length) for idx, rows, length in plan]
+  count_of = {}
+  if not plan:  # every row silent: one stack of the longest row's shape, run 0 times
+    rows, length = length_packing.plan_micro_batches(lengths_B, batch["ids"].shape[1],
+                                                     micro_batch_tokens, shards)[0][1:]
+    plan, count_of = [(np.arange(min(rows, b)), rows, length)], {(rows, length): 0}
   totals = {k: np.float32(v) for k, v in minibatch_totals(batch).items()}
   units_B = loss_units(batch, by_rows=spec.kind == "hacpo")
   share_M = np.asarray([units_B[idx].sum() for idx, _, _ in plan], np.float32)
@@ -229,27 +290,35 @@ def packed_grads(policy, params, batch: dict, update_index, spec, *, micro_batch
   metrics_S = []
   for (rows, length), entries in length_packing.by_shape(plan):
     stack = length_packing.stack_micro_batches(batch, entries, rows, length, slots=-(-b // rows))
-    count = len(entries)
+    count = count_of.get((rows, length), len(entries))
     stack.update({k: np.full(len(stack["ids"]), v, np.float32) for k, v in totals.items()})
     stack["share"] = np.zeros(len(stack["ids"]), np.float32)
-    stack["share"][:count] = share_M[[i for i, _ in entries]]
+    stack["share"][:count] = share_M[[i for i, _ in entries]][:count]
     if mesh is not None:
       # Each process hands over only the rows its devices hold (graft_jax.distributed).
       stack = {k: to_global(v, batch_sharding(mesh, ndim=v.ndim, row_dim=1))
                for k, v in stack.items()}
     acc, metrics = grad_fn(params, acc, stack, np.int32(count), update_index)
     metrics_S.append(metrics)
-  return acc, {k: sum(m[k] for m in metrics_S) for k in metrics_S[0]}
+  metrics = {k: functools.reduce(lambda a, b, k=k: combine_metric(k, a, b, 1.0),
+                                [m[k] for m in metrics_S]) for k in metrics_S[0]}
+  metrics = pooled_gap_mean(metrics)
+  has_tokens = int((np.asarray(batch["resp_mask"]).sum(axis=1) > 0).sum())
+  metrics.update(silent_rows=np.float32(silent_B.sum()),
+                 rows_run=np.float32(has_tokens - silent_B.sum()))
+  return acc, metrics
 
 
 def update(policy, params, opt_state, batch: dict, update_index, spec, *,
-           micro_batch_tokens: int = 0, pack_by_length: bool = False):
+           micro_batch_tokens: int = 0, pack_by_length: bool = False, skip_silent: bool = False):
   """One optimizer step on a host minibatch; ``params`` and ``opt_state`` are donated.
 
   Without a mesh and with the minibatch under the budget this is the plain
   ``update_minibatch`` (one program, unchanged numerics). Otherwise the minibatch is
   cut by ``micro_batch_tokens``: packed by length (``packed_update``) or, without
   ``pack_by_length``, into equal micro-batches of the padded length under one scan.
+  ``skip_silent`` leaves the `silent_rows` out of packed micro-batches (the same
+  gradient, less work); the other two paths run every row.
   """
   b, t = batch["ids"].shape
   mesh = policy.mesh
@@ -260,7 +329,7 @@ def update(policy, params, opt_state, batch: dict, update_index, spec, *,
                             graphdef=policy.graphdef, tx=policy.tx, spec=spec)
   if pack_by_length and micro_batch_tokens > 0:
     return packed_update(policy, params, opt_state, batch, update_index, spec,
-                         micro_batch_tokens=micro_batch_tokens)
+                         micro_batch_tokens=micro_batch_tokens, skip_silent=skip_silent)
   micro = split_minibatch(batch, rows, by_rows=spec.kind == "hacpo")
   if mesh is not None:
     # Each process hands over only the rows its devices hold (graft_jax.distributed).

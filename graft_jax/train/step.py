@@ -30,6 +30,10 @@ def loss_spec(cfg, g: int | None = None):
   return methods.make(cfg).loss(cfg.prompts_per_step if g is None else g)
 
 
+# Read from every update, including one whose rows were all silent (it ran nothing).
+_EVERY_UPDATE = ("grad_norm",) + microbatch.ROW_COUNTS
+
+
 def run_updates(policy, rows, g: int, cfg, key, method=None) -> dict:
   """PPO epochs over minibatches of whole groups, in the method's order.
 
@@ -56,14 +60,26 @@ def run_updates(policy, rows, g: int, cfg, key, method=None) -> dict:
       params, opt_state, m = microbatch.update(policy, params, opt_state, batch,
                                                np.int32(len(per_update)), spec,
                                                micro_batch_tokens=cfg.micro_batch_tokens,
-                                               pack_by_length=cfg.pack_by_length)
+                                               pack_by_length=cfg.pack_by_length,
+                                               skip_silent=cfg.skip_silent_rows)
       per_update.append(m)  # read once at the end: packing the next minibatch overlaps this one
   policy.set_params(params, opt_state)
-  updates, sums = len(per_update), {}
-  for m in jax.device_get(per_update):
+  updates, sums, ran = len(per_update), {}, 0
+  per_update = jax.device_get(per_update)
+  for m in per_update:  # an update whose rows were all silent ran no micro-batch
+    ran += m.get("rows_run", 1) > 0
     for k, v in m.items():
-      sums[k] = sums.get(k, 0.0) + float(v)
-  out = {k: v / updates for k, v in sums.items() if not k.endswith(("_tokens", "_clipped"))}
+      if m.get("rows_run", 1) > 0 or microbatch.summed_metric(k) or k in _EVERY_UPDATE:
+        sums[k] = sums.get(k, 0.0) + float(v)
+  out = {k: v / (updates if microbatch.summed_metric(k) or k == "grad_norm" else max(ran, 1))
+         for k, v in sums.items()
+         if not k.endswith(("_tokens", "_clipped")) and k not in microbatch.ROW_COUNTS}
+  out.update({k: sums[k] for k in microbatch.ROW_COUNTS if k in sums})  # totals over updates
+  out.pop("logp_mismatch_sum", None)
+  if "logp_mismatch_sum" in sums and ran:  # over every own token the updates ran; the largest
+    out["logp_mismatch_mean"] = sums["logp_mismatch_sum"] / max(sums["logp_mismatch_tokens"], 1.0)
+    out["logp_mismatch_max"] = max(float(m["logp_mismatch_max"]) for m in per_update
+                                   if m.get("rows_run", 1) > 0)
   for side in ("own", "graft"):
     if f"{side}_tokens" in sums:
       out[f"clip_frac_{side}"] = (sums[f"{side}_clipped"] / sums[f"{side}_tokens"]

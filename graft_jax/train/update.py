@@ -123,8 +123,7 @@ def ppo_loss(logp_BxT, batch, spec: PpoLoss):
   old_BxT, gap = batch["old_logp"], {}
   if spec.old_from_current:
     old_BxT = jax.lax.stop_gradient(logp_BxT)
-    gap = sampler_gap(old_BxT, batch["old_logp"], mask_BxT * (1 - graft_B)[:, None],
-                      with_max="num_tokens" not in batch)
+    gap = sampler_gap(old_BxT, batch["old_logp"], mask_BxT * (1 - graft_B)[:, None])
   loss, aux = core.clipped_token_loss(
       logp_BxT, old_BxT, batch["adv"], batch["weight"], ppo_mask,
       clip_low=spec.clip_low, clip_high=spec.clip_high, ratio_level=spec.ratio_level,
@@ -147,14 +146,14 @@ def ppo_loss(logp_BxT, batch, spec: PpoLoss):
   return loss, metrics
 
 
-def sampler_gap(old_logp_BxT, sampler_logp_BxT, own_BxT, *, with_max: bool) -> dict:
-  """|old-policy - sampler| log-prob over the own response tokens: the mean, and the
-  max unless the minibatch is split into micro-batches (their maxima do not add)."""
+def sampler_gap(old_logp_BxT, sampler_logp_BxT, own_BxT) -> dict:
+  """|old-policy - sampler| log-prob over the own response tokens: the mean and the max,
+  and the sum and count the mean is pooled from over micro-batches
+  (`microbatch.combine_metric`; maxima combine by maximum)."""
   gap_BxT = jnp.abs(old_logp_BxT - sampler_logp_BxT) * own_BxT
-  out = {"logp_mismatch_mean": gap_BxT.sum() / jnp.maximum(own_BxT.sum(), 1.0)}
-  if with_max:
-    out["logp_mismatch_max"] = gap_BxT.max()
-  return out
+  total, count = gap_BxT.sum(), own_BxT.sum()
+  return {"logp_mismatch_mean": total / jnp.maximum(count, 1.0), "logp_mismatch_sum": total,
+          "logp_mismatch_tokens": count, "logp_mismatch_max": gap_BxT.max()}
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "tx", "spec"), donate_argnums=(0, 1))

@@ -108,7 +108,7 @@ def test_shape_grads_runs_only_the_first_count_micro_batches():
   np.testing.assert_allclose(float(m2["pg_loss"]), float(want1["pg_loss"] + want2["pg_loss"]),
                              rtol=1e-6)
   np.testing.assert_allclose(float(m1["pg_loss"]), float(want1["pg_loss"]), rtol=1e-6)
-  frac = [k for k in want1 if not microbatch._summed(k)]
+  frac = [k for k in want1 if not microbatch.summed_metric(k)]
   assert frac
   for k in frac:
     np.testing.assert_allclose(float(m2[k]), 0.25 * float(want1[k]) + 0.75 * float(want2[k]),
@@ -152,18 +152,108 @@ def _model():
   return init_model(CFG, rngs=nnx.Rngs(1))
 
 
-def test_a_new_mix_of_lengths_compiles_nothing_new():
+def _updates_and_compiles(batches, **kw):
+  """Packed updates over ``batches`` in turn: (their metrics, the (gradient, optimizer
+  step) programs' compile counts after each)."""
   graphdef, params = nnx.split(_model())
   tx = optax.sgd(1e-3)
   policy = _policy(graphdef, tx)
   opt = tx.init(params)
   spec = LossSpec()
-  for seed in range(3):  # other lengths, the same buckets (the batch is all short rows)
-    rows = graft_rows(np.random.default_rng(seed))
-    batch = pack_minibatch(rows, np.arange(len(rows)), pad_id=0)
-    params, opt, _ = microbatch.update(policy, params, opt, batch, 0, spec,
-                                       micro_batch_tokens=96, pack_by_length=True)
+  metrics, counts = [], []
+  for batch in batches:
+    params, opt, m = microbatch.update(policy, params, opt, batch, 0, spec,
+                                       micro_batch_tokens=96, pack_by_length=True, **kw)
     grad_fn, apply_fn = policy.compiled[("packed", spec)]
-    if seed == 0:
-      compiled = grad_fn._cache_size(), apply_fn._cache_size()
-  assert (grad_fn._cache_size(), apply_fn._cache_size()) == compiled
+    metrics.append(m)
+    counts.append((grad_fn._cache_size(), apply_fn._cache_size()))
+  return metrics, counts
+
+
+def test_a_new_mix_of_lengths_compiles_nothing_new():
+  # Other lengths, the same buckets (the batch is all short rows).
+  batches = [pack_minibatch(rows, np.arange(len(rows)), pad_id=0)
+             for rows in (graft_rows(np.random.default_rng(seed)) for seed in range(3))]
+  _, counts = _updates_and_compiles(batches)
+  assert counts == counts[:1] * 3
+
+
+def _silence(rows, groups=(0,), zero_weight_row=None):
+  """``rows`` with the given groups' advantages set to 0 (all-fail / all-pass) and,
+  optionally, one row's gate weight set to 0."""
+  for r, g in enumerate(rows.group):
+    if g in groups:
+      rows.adv[r] = 0.0
+  if zero_weight_row is not None:
+    rows.weight[zero_weight_row] = 0.0
+  return rows
+
+
+def test_silent_rows_are_those_with_no_loss_term():
+  batch = {"ids": np.ones((6, 4), np.int32),
+           "resp_mask": np.array([[0, 1, 1, 0]] * 5 + [[0, 0, 0, 0]], np.float32),
+           "adv": np.array([0.5, 0.0, 0.7, 0.0, 0.0, 0.0], np.float32),
+           "weight": np.array([1.0, 1.0, 0.0, 1.0, 1.0, 1.0], np.float32),
+           "ppo": np.array([1, 1, 1, 0, 1, 1], np.float32),
+           "sgt": np.array([0, 0, 0, 1, 0, 0], np.float32)}
+  # live; zero advantage; zero gate weight; an SGT row; zero advantage; no tokens at all
+  assert microbatch.silent_rows(batch, LossSpec()).tolist() == [False, True, True, True, True,
+                                                                 False]
+  assert microbatch.silent_rows(batch, LossSpec(sgt_coef=0.1)).tolist() == [
+      False, True, True, False, True, False]
+  assert not microbatch.silent_rows(batch, LossSpec(kind="hacpo")).any()
+
+
+@pytest.mark.parametrize("spec,sgt", [(LossSpec(), False), (LossSpec(sgt_coef=0.1), True)],
+                         ids=["graft", "sgt"])
+def test_leaving_out_silent_rows_keeps_the_unsplit_gradient(spec, sgt):
+  rng = np.random.default_rng(3)
+  graphdef, params = nnx.split(_model())
+  # Group 0 all-fail; one grafted row gated to 0; with SGT, group 3's SGT row has A = 0.
+  rows = _silence(graft_rows(rng, sgt, max_response=150), groups=(0,), zero_weight_row=9)
+  if sgt:
+    rows.adv[3 * 4] = 0.0
+  batch = pack_minibatch(rows, np.arange(len(rows)), pad_id=0)
+  silent = microbatch.silent_rows(batch, spec)
+  assert silent.sum() == 5 and (not sgt or not silent[3 * 4])
+  (want_loss, _), want = jax.jit(lambda p, b: jax.value_and_grad(loss_fn, has_aux=True)(
+      p, b, graphdef, spec, 1))(params, to_device_batch(batch))
+  got, metrics = microbatch.packed_grads(_policy(graphdef, None), params, batch, 1, spec,
+                                         micro_batch_tokens=256, skip_silent=True)
+  assert float(metrics["silent_rows"]) == 5
+  assert float(metrics["rows_run"]) == (batch["resp_mask"].sum(1) > 0).sum() - 5
+  np.testing.assert_allclose(float(metrics["loss"]), float(want_loss), rtol=1e-5)
+  scale = max(float(np.abs(w).max()) for w in jax.tree.leaves(want))
+  assert scale > 1e-4
+  for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=0, atol=1e-6 * scale)
+
+
+def test_a_minibatch_of_silent_rows_runs_no_micro_batch_and_still_steps():
+  graphdef, params = nnx.split(_model())
+  rows = _silence(graft_rows(np.random.default_rng(4)), groups=(0, 1, 2, 3))
+  batch = pack_minibatch(rows, np.arange(len(rows)), pad_id=0)
+  spec = LossSpec()
+  got, metrics = microbatch.packed_grads(_policy(graphdef, None), params, batch, 1, spec,
+                                         micro_batch_tokens=96, skip_silent=True)
+  assert all(not np.asarray(g).any() for g in jax.tree.leaves(got))
+  assert float(metrics["rows_run"]) == 0 and float(metrics["silent_rows"]) > 0
+  assert float(metrics["loss"]) == 0.0
+  # AdamW's weight decay still moves the weights on a zero gradient.
+  tx = optax.adamw(1e-3, weight_decay=0.1)
+  before = jax.device_get(params)
+  new, _, _ = microbatch.update(_policy(graphdef, tx), params, tx.init(params), batch, 0, spec,
+                                micro_batch_tokens=96, pack_by_length=True, skip_silent=True)
+  assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(before),
+                                                       jax.tree.leaves(jax.device_get(new))))
+
+
+def test_other_silent_rows_compile_nothing_new():
+  silent = [(), (0,), (1, 2), (0, 1, 2, 3), (3,)]
+  batches = [pack_minibatch(rows, np.arange(len(rows)), pad_id=0)
+             for rows in (_silence(graft_rows(np.random.default_rng(5)), groups=groups)
+                          for groups in silent)]
+  metrics, counts = _updates_and_compiles(batches, skip_silent=True)
+  for m, groups in zip(metrics, silent):  # row 14 (group 3) is dropped: not counted
+    assert float(m["silent_rows"]) == sum(r != 14 for r in range(16) if r // 4 in groups)
+  assert counts == counts[:1] * len(silent)

@@ -87,3 +87,21 @@ def test_hacpo_uses_its_minibatch_count_and_loss(recorded):
   assert out["minibatch_updates"] == helpers.G  # one prompt per minibatch
   assert all(c["spec"] == method.loss(helpers.G) for c in recorded)
   assert [len(c["groups"]) for c in recorded] == [1] * helpers.G
+
+
+def test_silent_rows_are_counted_and_left_out_of_the_fractions(recorded):
+  # Two minibatches of groups {0, 2} and {1, 3} (peer_last); group 0 and 2 all-fail:
+  # the first minibatch runs no row, the second runs all of its rows.
+  cfg = helpers.config("graft", **{"micro_batch_tokens": 64, "graft.order": "peer_last"})
+  policy = helpers.policies(cfg)["toy_a"]
+  rows = rows_by_group()
+  for r, q in enumerate(rows.group):
+    if q in (0, 2):
+      rows.adv[r] = 0.0
+  out = run_updates(policy, rows, helpers.G, cfg, jax.random.key(0), methods.make(cfg))
+  per = [c["metrics"] for c in recorded]
+  assert [float(m["rows_run"]) for m in per] == [0, 2 * helpers.N]
+  assert out["silent_rows"] == 2 * helpers.N and out["rows_run"] == 2 * helpers.N
+  assert out["ratio_mean"] == pytest.approx(float(per[1]["ratio_mean"]), rel=1e-6)
+  assert out["loss"] == pytest.approx(np.mean([float(m["loss"]) for m in per]), rel=1e-6)
+  assert float(per[0]["loss"]) == 0.0
