@@ -90,8 +90,11 @@ def make_policy(name: str, model, tokenizer, opt_cfg, prompt_suffix: str, *,
   if mesh is None:
     graphdef, params = nnx.split(model)
     # Committed to their device, as the update programs' outputs are: the first step's
-    # sampler and scorer then compile for the placement every later step has.
-    params = jax.device_put(params, next(iter(jax.tree.leaves(params)[0].devices())))
+    # sampler and scorer then compile for the placement every later step has. A copy:
+    # the update donates the policy's arrays, and the caller's model keeps its own.
+    leaf = jax.tree.leaves(params)[0]  # a host array (numpy) goes to the default device
+    params = jax.device_put(params, next(iter(leaf.devices())) if isinstance(leaf, jax.Array)
+                            else jax.devices()[0], may_alias=False)
     opt_state = jax.jit(tx.init)(params)
   else:
     param_sharding = shard_model(model, mesh)
