@@ -244,9 +244,6 @@ def packed_update(policy, params, opt_state, batch: dict, update_index, spec, *,
       # A no-op when already placed; state restored from a checkpoint may not be.
       params = jax.device_put(params, policy.param_sharding)
       opt_state = jax.device_put(opt_state, policy.opt_sharding)
-    else:  # committed, as the programs' outputs are: the next step reuses their compiles
-      device = next(iter(jax.tree.leaves(params)[0].devices()))
-      params, opt_state = jax.device_put((params, opt_state), device)
     grads, metrics = packed_grads(policy, params, batch, update_index, spec,
                                   micro_batch_tokens=micro_batch_tokens, skip_silent=skip_silent)
     params, opt_state, grad_norm = packed_programs(policy, spec)[1](params, opt_state, grads)
@@ -286,7 +283,10 @@ def packed_grads(policy, params, batch: dict, update_index, spec, *, micro_batch
   share_M = np.asarray([units_B[idx].sum() for idx, _, _ in plan], np.float32)
   share_M /= max(float(share_M.sum()), 1.0)
   grad_fn = packed_programs(policy, spec)[0]
-  acc = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32, device=p.sharding), params)
+  # On the parameters' placement; without a mesh left uncommitted like them, so the
+  # programs' outputs keep the placement the sampler and the next step compiled for.
+  acc = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32,
+                                         device=p.sharding if mesh is not None else None), params)
   metrics_S = []
   for (rows, length), entries in length_packing.by_shape(plan):
     stack = length_packing.stack_micro_batches(batch, entries, rows, length, slots=-(-b // rows))

@@ -89,12 +89,6 @@ def make_policy(name: str, model, tokenizer, opt_cfg, prompt_suffix: str, *,
   param_sharding = opt_sharding = None
   if mesh is None:
     graphdef, params = nnx.split(model)
-    # Committed to their device, as the update programs' outputs are: the first step's
-    # sampler and scorer then compile for the placement every later step has. A copy:
-    # the update donates the policy's arrays, and the caller's model keeps its own.
-    leaf = jax.tree.leaves(params)[0]  # a host array (numpy) goes to the default device
-    params = jax.device_put(params, next(iter(leaf.devices())) if isinstance(leaf, jax.Array)
-                            else jax.devices()[0], may_alias=False)
     opt_state = jax.jit(tx.init)(params)
   else:
     param_sharding = shard_model(model, mesh)
@@ -104,8 +98,6 @@ def make_policy(name: str, model, tokenizer, opt_cfg, prompt_suffix: str, *,
       opt_state = jax.jit(tx.init, out_shardings=opt_sharding)(params)
   engine = JaxSamplerEngine(model, eos_ids=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
                             state_sharding=param_sharding, mesh=mesh)
-  if mesh is None:
-    engine.set_weights(params)
   ref = jax.tree.map(np.asarray, params) if keep_reference else None
   return Policy(name, graphdef, params, opt_state, tx, tokenizer, engine, prompt_suffix, ref, mesh,
                 param_sharding, opt_sharding)
