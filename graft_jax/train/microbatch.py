@@ -303,9 +303,8 @@ def packed_grads(policy, params, batch: dict, update_index, spec, *, micro_batch
   metrics = {k: functools.reduce(lambda a, b, k=k: combine_metric(k, a, b, 1.0),
                                 [m[k] for m in metrics_S]) for k in metrics_S[0]}
   metrics = pooled_gap_mean(metrics)
-  has_tokens = int((np.asarray(batch["resp_mask"]).sum(axis=1) > 0).sum())
   metrics.update(silent_rows=np.float32(silent_B.sum()),
-                 rows_run=np.float32(has_tokens - silent_B.sum()))
+                 rows_run=totals["num_rows"] - np.float32(silent_B.sum()))
   return acc, metrics
 
 
