@@ -2,9 +2,11 @@
 
 Times `graft_jax.models.decode_kernel` (the sampler's decode attention on
 AVX-512 CPUs; built at first use) against XLA's formulation of the same step
-(`Attention._cached` at one query per row with the kernel off: fused
+(the step's key and value written with ``dynamic_update_slice``, then
+`Attention._cached` at one query per row with the kernel off: fused
 multiply-and-sums), in one process, alternating, on random q / cache / masks of
-the sampler's layout (keys B x K x H x S, values B x K x S x H). Also times a
+the sampler's layout (keys B x K x H x S, values B x K x S x H). Both sides
+update the caches in place (donated, threaded from call to call). Also times a
 plain sum over the same keys and values (the rate at which the cache can be
 read at all) and checks both against a float64 NumPy reference. The defaults
 are the speed benchmark's model (2 kv heads, 2 query heads each, head_dim 64).
@@ -28,19 +30,21 @@ from graft_jax.models import decode_kernel
 KV_HEADS = 2
 
 
-def kernel(q, k, v, mask):
-  return decode_kernel.decode_attention(q, k, v, mask, scale=q.shape[-1] ** -0.5)
+def kernel(q, k, v, kn, vn, slot, mask):
+  return decode_kernel.decode_attention(q, k, v, kn, vn, slot, mask, scale=q.shape[-1] ** -0.5)
 
 
-def xla(q, k, v, mask):
+def xla(q, k, v, kn, vn, slot, mask):
+  k = jax.lax.dynamic_update_slice(k, kn[..., None], (0, 0, 0, slot))
+  v = jax.lax.dynamic_update_slice(v, vn[:, :, None], (0, 0, slot, 0))
   scores = (q[..., None] * k[:, :, None]).sum(axis=3) * q.shape[-1] ** -0.5
   probs = jax.nn.softmax(jnp.where(mask[:, None, None], scores, -1e30), axis=-1)
-  return (probs[..., None] * v[:, :, None]).sum(axis=3)
+  return (probs[..., None] * v[:, :, None]).sum(axis=3), k, v
 
 
-def read(q, k, v, mask):
-  del q, mask
-  return k.sum(axis=(2, 3)) + v.sum(axis=(2, 3))
+def read(q, k, v, kn, vn, slot, mask):
+  del q, kn, vn, slot, mask
+  return k.sum(axis=(2, 3)) + v.sum(axis=(2, 3)), k, v
 
 
 def reference(q, k, v, mask):
@@ -71,18 +75,32 @@ def main():
   reason = decode_kernel.unavailable_reason()
   if reason:
     raise SystemExit(f"the decode-attention kernel cannot run here: it {reason}")
-  want = reference(q, k, v, mask)
-  calls = {"kernel": jax.jit(kernel), "XLA": jax.jit(xla), "plain sum of K and V": jax.jit(read)}
-  inputs = [jax.device_put(x) for x in (q, k, v, mask)]
+  kn = rng.standard_normal((b, KV_HEADS, h)).astype(np.float32)
+  vn = rng.standard_normal((b, KV_HEADS, h)).astype(np.float32)
+  slot = s // 2  # a filled slot
+  mask[:, slot] = mask[:, slot] | (np.arange(b) != min(3, b - 1))
+  k_ref, v_ref = k.copy(), v.copy()
+  k_ref[..., slot], v_ref[:, :, slot] = kn, vn
+  want = reference(q, k_ref, v_ref, mask)
+  calls = {name: jax.jit(fn, donate_argnums=(1, 2)) for name, fn in
+           (("kernel", kernel), ("XLA", xla), ("plain sum of K and V", read))}
+  fixed = [jax.device_put(x) for x in (q, kn, vn, np.int32(slot), mask)]
+  caches = {name: [jax.device_put(k), jax.device_put(v)] for name in calls}
+
+  def call(name):
+    out, *caches[name] = calls[name](fixed[0], *caches[name], *fixed[1:])
+    return out
+
   for name in ("kernel", "XLA"):
-    err = float(np.abs(np.asarray(calls[name](*inputs)) - want).max())
+    err = float(np.abs(np.asarray(call(name)) - want).max())
     print(f"{name}: largest error against float64 NumPy {err:.1e}")
+  call("plain sum of K and V")
   times = {name: [] for name in calls}
   for _ in range(args.rounds):  # alternating
-    for name, fn in calls.items():
+    for name in calls:
       t = time.perf_counter()
       for _ in range(args.calls):
-        out = fn(*inputs)
+        out = call(name)
       jax.block_until_ready(out)
       times[name].append((time.perf_counter() - t) / args.calls)
   cache_gb = 2 * b * KV_HEADS * s * h * 4 / 1e9

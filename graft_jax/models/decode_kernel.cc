@@ -3,7 +3,11 @@
 // (graft_jax/models/decode_kernel.py builds and registers it).
 //
 // Inputs: q (B, K, G, H), the key cache (B, K, H, S), the value cache (B, K, S, H),
-// mask (B, S); attribute scale. Output (B, K, G, H), for each query:
+// this step's key and value k_new, v_new (B, K, H), the slot index (int32) and
+// mask (B, S); attribute scale. First the new key and value are written at the
+// slot (clamped into [0, S), as dynamic_update_slice does) of the caches, which
+// are returned in place (aliased outputs 1 and 2); then output 0 (B, K, G, H),
+// for each query:
 //   x_s = mask_s ? scale * q . k_s : -1e30,  p = exp(x - max x) / sum exp(x - max x),
 //   out = sum_s p_s v_s
 // (a row that sees nothing averages all S values, as the XLA formulation does).
@@ -19,6 +23,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <atomic>
 #include <memory>
 #include <thread>
@@ -142,13 +147,17 @@ void AllValues(const float* p, int64_t G, const float* v, int64_t S, const float
   }
 }
 
-// Pairs [r0, r1) of (row, kv head); x holds G score rows of S, inv G floats.
+// Pairs [r0, r1) of (row, kv head); x holds G score rows of S, inv G floats. Each
+// pair first writes its new key and value at slot `slot` of its own cache rows.
 template <int H>
-void Pairs(int64_t r0, int64_t r1, int64_t K, int64_t G, int64_t S, float scale, const float* q,
-           const float* kc, const float* vc, const bool* mask, float* out, float* x, float* inv) {
+void Pairs(int64_t r0, int64_t r1, int64_t K, int64_t G, int64_t S, int64_t slot, float scale,
+           const float* q, float* kc, float* vc, const float* kn, const float* vn,
+           const bool* mask, float* out, float* x, float* inv) {
   for (int64_t r = r0; r < r1; ++r) {
-    const float* kr = kc + r * H * S;
-    const float* vr = vc + r * S * H;
+    float* kr = kc + r * H * S;
+    float* vr = vc + r * S * H;
+    for (int h = 0; h < H; ++h) kr[h * S + slot] = kn[r * H + h];
+    std::memcpy(vr + slot * H, vn + r * H, sizeof(float) * H);
     const bool more = r + 1 < r1;
     Scores<H>(q + r * G * H, G, kr, S, x, more ? kr + H * S : nullptr,
               more ? vr + S * H : nullptr);
@@ -171,8 +180,9 @@ struct Chunks {
 };
 
 template <int H>
-void Run(ffi::ThreadPool& pool, int64_t B, int64_t K, int64_t G, int64_t S, float scale,
-         const float* q, const float* k, const float* v, const bool* mask, float* out) {
+void Run(ffi::ThreadPool& pool, int64_t B, int64_t K, int64_t G, int64_t S, int64_t slot,
+         float scale, const float* q, float* k, float* v, const float* kn, const float* vn,
+         const bool* mask, float* out) {
   const int64_t pairs = B * K;
   const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(pool.num_threads(), pairs));
   const int64_t per_chunk = std::max<int64_t>(1, pairs / (4 * threads));
@@ -181,7 +191,7 @@ void Run(ffi::ThreadPool& pool, int64_t B, int64_t K, int64_t G, int64_t S, floa
     std::vector<float> x(G * S + 16), inv(G);
     for (int64_t c; (c = chunks->next.fetch_add(1)) < chunks->total;) {
       const int64_t r0 = c * per_chunk, r1 = std::min(pairs, r0 + per_chunk);
-      Pairs<H>(r0, r1, K, G, S, scale, q, k, v, mask, out, x.data(), inv.data());
+      Pairs<H>(r0, r1, K, G, S, slot, scale, q, k, v, kn, vn, mask, out, x.data(), inv.data());
       chunks->done.fetch_add(1, std::memory_order_release);
     }
   };
@@ -192,27 +202,42 @@ void Run(ffi::ThreadPool& pool, int64_t B, int64_t K, int64_t G, int64_t S, floa
 
 ffi::Error DecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q,
                            ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::F32> v,
-                           ffi::Buffer<ffi::PRED> mask, float scale,
-                           ffi::ResultBuffer<ffi::F32> out) {
+                           ffi::Buffer<ffi::F32> k_new, ffi::Buffer<ffi::F32> v_new,
+                           ffi::Buffer<ffi::S32> index, ffi::Buffer<ffi::PRED> mask, float scale,
+                           ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> k_out,
+                           ffi::ResultBuffer<ffi::F32> v_out) {
   const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions(),
-             md = mask.dimensions();
-  if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || md.size() != 2)
-    return ffi::Error::InvalidArgument("decode attention: q, k, v of rank 4 and mask of rank 2");
+             knd = k_new.dimensions(), vnd = v_new.dimensions(), md = mask.dimensions();
+  if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || knd.size() != 3 ||
+      vnd.size() != 3 || md.size() != 2 || index.element_count() != 1)
+    return ffi::Error::InvalidArgument(
+        "decode attention: q, k, v of rank 4, k_new and v_new of rank 3, mask of rank 2, "
+        "one index");
   const int64_t B = qd[0], K = qd[1], G = qd[2], H = qd[3], S = kd[3];
   if (kd[0] != B || kd[1] != K || kd[2] != H || vd[0] != B || vd[1] != K || vd[2] != S ||
-      vd[3] != H || md[0] != B || md[1] != S)
+      vd[3] != H || md[0] != B || md[1] != S || knd[0] != B || knd[1] != K || knd[2] != H ||
+      vnd[0] != B || vnd[1] != K || vnd[2] != H)
     return ffi::Error::InvalidArgument(
-        "decode attention: need q (B, K, G, H), k (B, K, H, S), v (B, K, S, H), mask (B, S)");
+        "decode attention: need q (B, K, G, H), k (B, K, H, S), v (B, K, S, H), k_new and "
+        "v_new (B, K, H), mask (B, S)");
+  // The caches are aliased to k_out and v_out (written in place); were XLA ever to
+  // give separate buffers, they are copied first.
+  float* kp = k_out->typed_data();
+  float* vp = v_out->typed_data();
+  if (kp != k.typed_data()) std::memcpy(kp, k.typed_data(), sizeof(float) * k.element_count());
+  if (vp != v.typed_data()) std::memcpy(vp, v.typed_data(), sizeof(float) * v.element_count());
+  // As XLA's dynamic_update_slice: the slot is clamped into the cache.
+  const int64_t slot = std::clamp<int64_t>(index.typed_data()[0], 0, S - 1);
   const float* qp = q.typed_data();
-  const float* kp = k.typed_data();
-  const float* vp = v.typed_data();
+  const float* knp = k_new.typed_data();
+  const float* vnp = v_new.typed_data();
   const bool* mp = mask.typed_data();
   float* op = out->typed_data();
   switch (H) {
-    case 32: Run<32>(pool, B, K, G, S, scale, qp, kp, vp, mp, op); break;
-    case 64: Run<64>(pool, B, K, G, S, scale, qp, kp, vp, mp, op); break;
-    case 128: Run<128>(pool, B, K, G, S, scale, qp, kp, vp, mp, op); break;
-    case 256: Run<256>(pool, B, K, G, S, scale, qp, kp, vp, mp, op); break;
+    case 32: Run<32>(pool, B, K, G, S, slot, scale, qp, kp, vp, knp, vnp, mp, op); break;
+    case 64: Run<64>(pool, B, K, G, S, slot, scale, qp, kp, vp, knp, vnp, mp, op); break;
+    case 128: Run<128>(pool, B, K, G, S, slot, scale, qp, kp, vp, knp, vnp, mp, op); break;
+    case 256: Run<256>(pool, B, K, G, S, slot, scale, qp, kp, vp, knp, vnp, mp, op); break;
     default: return ffi::Error::InvalidArgument("decode attention: head_dim 32, 64, 128 or 256");
   }
   return ffi::Error::Success();
@@ -225,6 +250,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(GraftDecodeAttention, DecodeAttention,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
                                   .Arg<ffi::Buffer<ffi::PRED>>()
                                   .Attr<float>("scale")
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());

@@ -3,7 +3,11 @@
 One query per row attends over the KV cache at every decode step. On a CPU,
 XLA runs that as two broadcast multiply-and-sums and a softmax, and it takes
 about half of the sampler's time (BENCHMARKS.md, "Where the sampler's time
-goes"). The kernel computes the same thing in one pass per (row, kv head):
+goes"). The kernel computes the same thing in one pass per (row, kv head),
+after writing the step's key and value into the cache in place (the key
+cache's layout makes that write strided, one float per cache line, which
+costs a tenth of the sampler's time as a separate XLA update; inside the
+kernel it touches lines the pass reads next):
 
     x_s = scale * q . k_s  where mask_s, else -1e30
     out = sum_s softmax(x)_s v_s
@@ -134,11 +138,19 @@ def applies(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH) -> str | None:
   return unavailable_reason()
 
 
-def decode_attention(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, mask_BxS, *, scale: float):
-  """softmax(scale * q k^T masked) v for one query per (row, query head), as
-  the module docstring gives it; out_BxKxGxH. `applies` says whether it can run."""
+def decode_attention(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, k_new_BxKxH, v_new_BxKxH, index,
+                     mask_BxS, *, scale: float):
+  """Writes this step's key and value at slot ``index`` of the caches, then
+  softmax(scale * q k^T masked) v for one query per (row, query head), as the
+  module docstring gives it. Returns (out_BxKxGxH, k_BxKxHxS, v_BxKxSxH): the
+  caches are updated in place (the kernel's outputs alias them), as
+  ``dynamic_update_slice`` would give them. `applies` says whether it can run."""
   reason = unavailable_reason()  # builds and registers the kernel on first use
   if reason is not None:
     raise RuntimeError(f"the CPU decode-attention kernel {reason}")
-  return jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct(q_BxKxGxH.shape, jnp.float32))(
-      q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, mask_BxS.astype(bool), scale=np.float32(scale))
+  f32 = lambda x: jax.ShapeDtypeStruct(x.shape, jnp.float32)
+  call = jax.ffi.ffi_call(TARGET, (f32(q_BxKxGxH), f32(k_BxKxHxS), f32(v_BxKxSxH)),
+                          input_output_aliases={1: 1, 2: 2})
+  return call(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, k_new_BxKxH.astype(jnp.float32),
+              v_new_BxKxH.astype(jnp.float32), jnp.asarray(index, jnp.int32),
+              mask_BxS.astype(bool), scale=np.float32(scale))

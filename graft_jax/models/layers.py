@@ -143,6 +143,15 @@ class Attention(nnx.Module):
     # A prefill from slot 0 (a Python 0, not a traced slot) needs only its own
     # keys: every later slot is in the causal future of all its queries.
     fresh = cache is None or (t > 1 and isinstance(cache_index, int) and cache_index == 0)
+    if cache is not None and t == 1 and self._decode_kernel(q_BxTxKxGxH, cache):
+      # The CPU kernel writes the step's key and value into the cache itself.
+      out_BxKxGxH, k_BxKxHxS, v_BxKxSxH = decode_kernel.decode_attention(
+          q_BxTxKxGxH[:, 0], *cache, k_BxTxKxH[:, 0], v_BxTxKxH[:, 0], cache_index,
+          kv_mask_BxS.astype(bool) & (jnp.arange(kv_mask_BxS.shape[1]) <= cache_index)[None],
+          scale=h ** -0.5)
+      out_BxTxNxH = out_BxKxGxH.reshape(b, t, n, h)
+      return (linear(out_BxTxNxH, self.o_NxHxD[...].astype(dt), in_dims=2),
+              (k_BxKxHxS, v_BxKxSxH))
     if cache is not None:
       # The cache keeps keys as K x H x S and values as K x S x H per row: the
       # layouts the two attention products read without a transpose, so a
@@ -164,14 +173,23 @@ class Attention(nnx.Module):
     out_BxTxNxH = out_BxTxKxGxH.reshape(b, t, n, h)
     return linear(out_BxTxNxH, self.o_NxHxD[...].astype(dt), in_dims=2), cache
 
-  def _cached(self, q_BxTxKxGxH, cache, kv_mask_BxS, cache_index, dt):
-    """Dense attention of queries at slots cache_index.. over the whole cache.
+  def _decode_kernel(self, q_BxTxKxGxH, cache) -> bool:
+    """Whether a decode step (one query per row) writes its key and value and
+    attends in the CPU kernel of `graft_jax.models.decode_kernel`: where
+    `decode_attention` is 'kernel', or 'auto' and the kernel applies (an AVX-512
+    CPU, f32, head_dim 32 / 64 / 128 / 256). Otherwise, and for 'xla', the
+    cache is written with ``dynamic_update_slice`` and `_cached` attends."""
+    if self.decode_attention == "xla":
+      return False
+    why_not = decode_kernel.applies(q_BxTxKxGxH[:, 0], *cache)
+    if why_not is not None and self.decode_attention == "kernel":
+      raise ValueError(f"decode_attention='kernel', but the CPU decode kernel {why_not}")
+    return why_not is None
 
-    A decode step (one query per row) runs on the CPU kernel of
-    `graft_jax.models.decode_kernel` where `decode_attention` is 'kernel', or
-    'auto' and the kernel applies (an AVX-512 CPU, f32, head_dim 32 / 64 / 128 /
-    256); otherwise, and for 'xla', as XLA's multiply-and-sums below.
-    """
+  def _cached(self, q_BxTxKxGxH, cache, kv_mask_BxS, cache_index, dt):
+    """Dense attention of queries at slots cache_index.. over the whole cache
+    (XLA's formulation; a decode step may run in the CPU kernel instead,
+    `_decode_kernel`)."""
     b, t, _, _, h = q_BxTxKxGxH.shape
     k_BxKxHxS, v_BxKxSxH = cache[0].astype(dt), cache[1].astype(dt)
     s = kv_mask_BxS.shape[1]
@@ -179,13 +197,6 @@ class Attention(nnx.Module):
     mask_BxTxS = causal_TxS[None] & kv_mask_BxS.astype(bool)[:, None, :]
     if t == 1:
       q_BxKxGxH = q_BxTxKxGxH[:, 0]
-      if self.decode_attention != "xla":
-        why_not = decode_kernel.applies(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH)
-        if why_not is None:
-          return decode_kernel.decode_attention(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH,
-                                                mask_BxTxS[:, 0], scale=h ** -0.5)[:, None]
-        if self.decode_attention == "kernel":
-          raise ValueError(f"decode_attention='kernel', but the CPU decode kernel {why_not}")
       # One query per row (a decode step): products of 2 x 64 by 64 x S per
       # (row, kv head) run faster as a fused multiply-and-sum than as dots.
       q_BxKxGxHx1 = q_BxKxGxH[..., None].astype(jnp.float32)

@@ -95,14 +95,16 @@ def check_decode_kernel() -> None:
   rng = np.random.default_rng(0)
   b, k, g, h, s = 16, 2, 2, 64, 40
   ops = [rng.standard_normal(shape).astype(np.float32)
-         for shape in ((b, k, g, h), (b, k, h, s), (b, k, s, h))] + [rng.random((b, s)) < 0.8]
+         for shape in ((b, k, g, h), (b, k, h, s), (b, k, s, h), (b, k, h), (b, k, h))]
+  ops += [np.int32(17), rng.random((b, s)) < 0.8]
   fn = jax.jit(lambda *a: decode_kernel.decode_attention(*a, scale=h ** -0.5))
-  want = np.asarray(fn(*ops))
+  want = [np.asarray(x) for x in fn(*ops)]
   split = jax.sharding.NamedSharding(jax.make_mesh((8,), ("rows",)), jax.P("rows"))
   for _ in range(5):
-    got = np.asarray(fn(*(jax.device_put(x, split) for x in ops)))
-    if not np.array_equal(got, want):
-      sys.exit(f"decode kernel differs over 8 devices: {np.abs(got - want).max()}")
+    got = fn(*(jax.device_put(x, split) if np.ndim(x) else x for x in ops))
+    for name, a, w in zip(("out", "keys", "values"), got, want):
+      if not np.array_equal(np.asarray(a), w):
+        sys.exit(f"decode kernel's {name} differ over 8 devices: {np.abs(np.asarray(a) - w).max()}")
   print("decode kernel over 8 devices equal")
 
 

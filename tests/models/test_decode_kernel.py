@@ -24,13 +24,26 @@ def reference(q, k, v, mask):
   return np.einsum("bkgs,bksh->bkgh", p / p.sum(-1, keepdims=True), v.astype(np.float64))
 
 
+def written(kc, vc, kn, vn, slot):
+  """The caches with the step's key and value at `slot`, clamped into the cache
+  (NumPy's indexing, as XLA's dynamic_update_slice places them)."""
+  kc, vc = kc.copy(), vc.copy()
+  slot = min(max(slot, 0), kc.shape[-1] - 1)
+  kc[:, :, :, slot] = kn
+  vc[:, :, slot, :] = vn
+  return kc, vc
+
+
 def operands(seed, b, k, g, h, s):
-  """Random q / cache in the sampler's layouts; left-padded masks with one row that
-  sees nothing and one that sees a single slot."""
+  """Random q / cache / the step's key and value in the sampler's layouts, a slot;
+  left-padded masks with one row that sees nothing and one that sees a single slot."""
   rng = np.random.default_rng(seed)
   q = rng.standard_normal((b, k, g, h)).astype(np.float32)
   kc = rng.standard_normal((b, k, h, s)).astype(np.float32)
   vc = rng.standard_normal((b, k, s, h)).astype(np.float32)
+  kn = rng.standard_normal((b, k, h)).astype(np.float32)
+  vn = rng.standard_normal((b, k, h)).astype(np.float32)
+  slot = int(rng.integers(0, s))
   mask = np.zeros((b, s), bool)
   for row in range(b):
     mask[row, rng.integers(0, s):] = True
@@ -38,12 +51,23 @@ def operands(seed, b, k, g, h, s):
   if b > 1:
     mask[1] = False
     mask[1, s - 1] = True
-  return q, kc, vc, mask
+  return q, kc, vc, kn, vn, slot, mask
 
 
-def run_kernel(q, kc, vc, mask):
+def run_kernel(q, kc, vc, kn, vn, slot, mask):
+  """(out, key cache, value cache) from the kernel."""
   fn = jax.jit(lambda *a: decode_kernel.decode_attention(*a, scale=q.shape[-1] ** -0.5))
-  return np.asarray(fn(q, kc, vc, mask))
+  return tuple(map(np.asarray, fn(q, kc, vc, kn, vn, np.int32(slot), mask)))
+
+
+def check(q, kc, vc, kn, vn, slot, mask):
+  """The kernel's caches equal NumPy's write exactly; its output matches float64
+  attention over them."""
+  out, k_out, v_out = run_kernel(q, kc, vc, kn, vn, slot, mask)
+  k_ref, v_ref = written(kc, vc, kn, vn, slot)
+  np.testing.assert_array_equal(k_out, k_ref)
+  np.testing.assert_array_equal(v_out, v_ref)
+  np.testing.assert_allclose(out, reference(q, k_ref, v_ref, mask), rtol=1e-5, atol=1e-5)
 
 
 def test_builds_where_the_host_can():
@@ -63,9 +87,15 @@ def test_builds_where_the_host_can():
     (2, 1, 6, 128, 300),
 ])
 def test_matches_float64(b, k, g, h, s):
-  q, kc, vc, mask = operands(0, b, k, g, h, s)
-  np.testing.assert_allclose(run_kernel(q, kc, vc, mask), reference(q, kc, vc, mask),
-                             rtol=1e-5, atol=1e-5)
+  check(*operands(0, b, k, g, h, s))
+
+
+@needs_kernel
+@pytest.mark.parametrize("slot", [-3, 0, 36, 37, 90])
+def test_slot_is_clamped_into_the_cache(slot):
+  """Slots outside [0, S) land at the nearest end, as dynamic_update_slice's do."""
+  q, kc, vc, kn, vn, _, mask = operands(1, 3, 2, 2, 64, 37)
+  check(q, kc, vc, kn, vn, slot, mask)
 
 
 @needs_kernel
@@ -73,9 +103,7 @@ def test_matches_float64(b, k, g, h, s):
 @given(st.integers(0, 2 ** 31 - 1), st.integers(1, 6), st.integers(1, 3), st.integers(1, 9),
        st.sampled_from(decode_kernel.HEAD_DIMS), st.integers(1, 70))
 def test_any_shape_matches_float64(seed, b, k, g, h, s):
-  q, kc, vc, mask = operands(seed, b, k, g, h, s)
-  np.testing.assert_allclose(run_kernel(q, kc, vc, mask), reference(q, kc, vc, mask),
-                             rtol=1e-5, atol=1e-5)
+  check(*operands(seed, b, k, g, h, s))
 
 
 def test_applies_says_why_not():
@@ -90,8 +118,9 @@ CFG = ModelConfig(model_type="qwen3", vocab_size=97, hidden_size=64, intermediat
 
 def decode_step(model, ids_BxT, *, run=True):
   """Prefill `ids_BxT` (row 0 left-padded by 3) into a 16-slot cache, then one decode
-  step: (its fp32 logits, the decode step's StableHLO text). Without `run`, only
-  lowers the step (over an empty cache) and gives (None, its text)."""
+  step: (its fp32 logits, the cache after it, the decode step's StableHLO text).
+  Without `run`, only lowers the step (over an empty cache) and gives (None, None,
+  its text)."""
   b, t = ids_BxT.shape
   mask_BxS = np.zeros((b, 16), bool)
   mask_BxS[:, :t] = True
@@ -104,27 +133,35 @@ def decode_step(model, ids_BxT, *, run=True):
   step = jax.jit(lambda m, ids, pos, msk, c, i: m.forward_cached(ids, pos, msk, c, i))
   args = (model, ids_BxT[:, -1:], pos_BxT[:, -1:] + 1, mask_BxS, cache, jnp.int32(t))
   text = step.lower(*args).as_text()
-  return (np.asarray(step(*args)[0]) if run else None), text
+  if not run:
+    return None, None, text
+  logits, cache = step(*args)
+  return np.asarray(logits), jax.tree.map(np.asarray, cache), text
 
 
 @needs_kernel
 def test_decoder_decode_step_takes_the_kernel_unless_told_xla():
   ids = np.random.default_rng(1).integers(3, 97, (3, 9)).astype(np.int32)
   model = init_model(CFG, rngs=nnx.Rngs(2))
-  got = {}
+  got, caches = {}, {}
   for impl in ("auto", "kernel", "xla"):
     model.set_decode_attention(impl)
-    logits, hlo = decode_step(model, ids)
+    logits, caches[impl], hlo = decode_step(model, ids)
     assert (decode_kernel.TARGET in hlo) == (impl != "xla"), impl
     got[impl] = logits
   np.testing.assert_allclose(got["kernel"], got["xla"], rtol=1e-5, atol=1e-5)
   np.testing.assert_array_equal(got["auto"], got["kernel"])
+  # The kernel writes the step's key and value where dynamic_update_slice does (the
+  # values written agree to rounding: XLA fuses RoPE into each path's own program;
+  # the kernel's write itself is exact, `check`).
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6),
+               caches["kernel"], caches["xla"])
 
 
 def test_bf16_auto_keeps_xla_and_kernel_says_why():
   ids = np.random.default_rng(1).integers(3, 97, (2, 5)).astype(np.int32)
   model = init_model(CFG, rngs=nnx.Rngs(2), dtype=jnp.bfloat16)
-  _, hlo = decode_step(model, ids, run=False)
+  _, _, hlo = decode_step(model, ids, run=False)
   assert decode_kernel.TARGET not in hlo
   model.set_decode_attention("kernel")
   with pytest.raises(ValueError, match="decode_attention='kernel'.*float32"):
