@@ -11,7 +11,9 @@ tokens/s of the samplers (64 prompts x 8 x 128 new tokens, EOS off, T = 1;
 the JAX sampler also with XLA's decode attention instead of the CPU kernel),
 alternating; and the floors of this machine (the matmul ceiling and a memory
 read rate measured in the same run: `speed.sampler_floor`) for the sampler and
-the step. Needs the `bench` extra (trl, torch); vLLM runs when
+the step; last, each side-by-side goal (step at most 0.5x TRL's, the sampler
+at least 3x transformers, the update at least 50% of the ceiling) and whether
+this run met it. Needs the `bench` extra (trl, torch); vLLM runs when
 .venv-vllm exists. Compare on an idle machine only: torch's threads degrade
 far more than XLA's under load (the load average is printed).
 """
@@ -55,7 +57,7 @@ def step_table(trl, jax_, flops, ceiling):
         f"{flops / j['update'] / 1e9:.1f} GFLOP/s = {flops / j['update'] / ceiling:.0%} of the "
         f"matmul ceiling; TRL at the same count {flops / t_upd / 1e9:.1f} GFLOP/s = "
         f"{flops / t_upd / ceiling:.0%}")
-  return t["step"]
+  return t["step"], j["step"], flops / j["update"] / ceiling
 
 
 def sampler_rows(folder, prompts, args):
@@ -114,6 +116,7 @@ def sampler_rows(folder, prompts, args):
   print("| engine | tokens/s | median s | vs transformers |\n|---|---|---|---|")
   for name, ts in times.items():
     print(f"| {name} | {total / med(ts):,.0f} | {med(ts):.2f} | {hf_s / med(ts):.2f}x |")
+  return hf_s / med(times["JAX sampler"])
 
 
 def main():
@@ -148,7 +151,7 @@ def main():
           f"16 prompts x n 8, 64 new tokens; f32 matmul ceiling {ceiling / 1e9:.0f} GFLOP/s, "
           f"memory read {args.read_rate / 1e9:.1f} GB/s")
     flops = jax_side.update_flops()
-    trl_step = step_table(trl_rows, jax_rows, flops, ceiling)
+    trl_step, jax_step, update_share = step_table(trl_rows, jax_rows, flops, ceiling)
     cfg, engine = jax_side.cfg, jax_side.policy.engine
     gen = speed.sampler_floor(engine.model_cfg, cfg.prompts_per_step * cfg.n,
                               bucket(cfg.max_prompt_len, engine.min_prompt_bucket),
@@ -160,7 +163,12 @@ def main():
     tok = jax_side.policy.tokenizer
     prompts = [tok.encode(p.problem + speed.SUFFIX, add_special_tokens=False)
                for p in speed.arithmetic_problems(args.sampler_prompts, seed=2)]
-    sampler_rows(folder, prompts, args)
+    sampler_ratio = sampler_rows(folder, prompts, args)
+  met = lambda ok: "met" if ok else "not met"
+  print(f"\ngoals: step <= 0.50x TRL's: {jax_step / trl_step:.2f}x "
+        f"({met(jax_step <= 0.5 * trl_step)}); sampler >= 3x transformers: {sampler_ratio:.2f}x "
+        f"({met(sampler_ratio >= 3)}); update >= 50% of the matmul ceiling: {update_share:.0%} "
+        f"({met(update_share >= 0.5)})")
   print(f"load average at the end: {load()}")
 
 
