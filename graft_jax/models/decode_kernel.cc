@@ -220,6 +220,7 @@ ffi::Error DecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q,
     return ffi::Error::InvalidArgument(
         "decode attention: need q (B, K, G, H), k (B, K, H, S), v (B, K, S, H), k_new and "
         "v_new (B, K, H), mask (B, S)");
+  if (S < 1) return ffi::Error::InvalidArgument("decode attention: the cache has no slot");
   // The caches are aliased to k_out and v_out (written in place); were XLA ever to
   // give separate buffers, they are copied first.
   float* kp = k_out->typed_data();
