@@ -143,16 +143,9 @@ class Attention(nnx.Module):
     # A prefill from slot 0 (a Python 0, not a traced slot) needs only its own
     # keys: every later slot is in the causal future of all its queries.
     fresh = cache is None or (t > 1 and isinstance(cache_index, int) and cache_index == 0)
-    if cache is not None and t == 1 and self._decode_kernel(q_BxTxKxGxH, cache):
-      # The CPU kernel writes the step's key and value into the cache itself.
-      out_BxKxGxH, k_BxKxHxS, v_BxKxSxH = decode_kernel.decode_attention(
-          q_BxTxKxGxH[:, 0], *cache, k_BxTxKxH[:, 0], v_BxTxKxH[:, 0], cache_index,
-          kv_mask_BxS.astype(bool) & (jnp.arange(kv_mask_BxS.shape[1]) <= cache_index)[None],
-          scale=h ** -0.5)
-      out_BxTxNxH = out_BxKxGxH.reshape(b, t, n, h)
-      return (linear(out_BxTxNxH, self.o_NxHxD[...].astype(dt), in_dims=2),
-              (k_BxKxHxS, v_BxKxSxH))
-    if cache is not None:
+    # A decode step on the CPU kernel writes its key and value into the cache itself.
+    in_kernel = cache is not None and t == 1 and self._decode_kernel(q_BxTxKxGxH, cache)
+    if cache is not None and not in_kernel:
       # The cache keeps keys as K x H x S and values as K x S x H per row: the
       # layouts the two attention products read without a transpose, so a
       # decode step writes one slot instead of copying the whole cache.
@@ -162,7 +155,13 @@ class Attention(nnx.Module):
       v_BxKxSxH = jax.lax.dynamic_update_slice(
           v_cache, v_BxTxKxH.transpose(0, 2, 1, 3).astype(v_cache.dtype), (0, 0, cache_index, 0))
       cache = (k_BxKxHxS, v_BxKxSxH)
-    if fresh and (cache is None or self.attention_impl != "dense"):
+    if in_kernel:
+      out_BxKxGxH, k_BxKxHxS, v_BxKxSxH = decode_kernel.decode_attention(
+          q_BxTxKxGxH[:, 0], *cache, k_BxTxKxH[:, 0], v_BxTxKxH[:, 0], cache_index,
+          kv_mask_BxS.astype(bool) & (jnp.arange(kv_mask_BxS.shape[1]) <= cache_index)[None],
+          scale=h ** -0.5)
+      out_BxTxKxGxH, cache = out_BxKxGxH[:, None], (k_BxKxHxS, v_BxKxSxH)
+    elif fresh and (cache is None or self.attention_impl != "dense"):
       # The sampler's prefill rows are left-padded: 'fused' takes right padding only.
       impl = "blocked" if cache is not None and self.attention_impl == "fused" else (
           self.attention_impl)
