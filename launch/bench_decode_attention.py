@@ -1,7 +1,8 @@
 """One decode step's attention over the KV cache: the CPU kernel against XLA's formulation.
 
 Times `graft_jax.models.decode_kernel` (the sampler's decode attention on
-AVX-512 CPUs; built at first use) against XLA's formulation of the same step
+x86 CPUs with AVX-512 or AVX2; built at first use, for the host's best
+instruction set unless ``--isa`` names one) against XLA's formulation of the same step
 (the step's key and value written with ``dynamic_update_slice``, then
 `Attention._cached` at one query per row with the kernel off: fused
 multiply-and-sums), in one process, alternating, on random q / cache / masks of
@@ -12,10 +13,12 @@ read at all) and checks both against a float64 NumPy reference. The defaults
 are the speed benchmark's model (2 kv heads, 2 query heads each, head_dim 64).
 Run on an idle machine.
 
-  .venv/bin/python launch/bench_decode_attention.py [--rows 512 --slots 144 --group 2 --head-dim 64]
+  .venv/bin/python launch/bench_decode_attention.py [--rows 512 --slots 144 --group 2 --head-dim 64
+      --isa avx2]
 """
 
 import argparse
+import functools
 import os
 import platform
 import statistics
@@ -30,8 +33,9 @@ from graft_jax.models import decode_kernel
 KV_HEADS = 2
 
 
-def kernel(q, k, v, kn, vn, slot, mask):
-  return decode_kernel.decode_attention(q, k, v, kn, vn, slot, mask, scale=q.shape[-1] ** -0.5)
+def kernel(q, k, v, kn, vn, slot, mask, isa=None):
+  return decode_kernel.decode_attention(q, k, v, kn, vn, slot, mask, scale=q.shape[-1] ** -0.5,
+                                        isa=isa)
 
 
 def xla(q, k, v, kn, vn, slot, mask):
@@ -62,6 +66,8 @@ def main():
   ap.add_argument("--rounds", type=int, default=7)
   ap.add_argument("--group", type=int, default=2, help="query heads per kv head")
   ap.add_argument("--head-dim", type=int, default=64)
+  ap.add_argument("--isa", choices=tuple(decode_kernel.ISAS), default=None,
+                  help="the kernel's build (default: the host's best)")
   args = ap.parse_args()
   b, s, g, h = args.rows, args.slots, args.group, args.head_dim
   rng = np.random.default_rng(0)
@@ -72,7 +78,8 @@ def main():
   for row in range(b):  # left padding, then the filled slots
     mask[row, rng.integers(0, s // 8):rng.integers(s // 2, s + 1)] = True
   mask[min(3, b - 1)] = False  # a row that sees nothing
-  reason = decode_kernel.unavailable_reason()
+  isa = args.isa or decode_kernel.best_isa()
+  reason = decode_kernel.unavailable_reason(isa)
   if reason:
     raise SystemExit(f"the decode-attention kernel cannot run here: it {reason}")
   kn = rng.standard_normal((b, KV_HEADS, h)).astype(np.float32)
@@ -83,7 +90,8 @@ def main():
   k_ref[..., slot], v_ref[:, :, slot] = kn, vn
   want = reference(q, k_ref, v_ref, mask)
   calls = {name: jax.jit(fn, donate_argnums=(1, 2)) for name, fn in
-           (("kernel", kernel), ("XLA", xla), ("plain sum of K and V", read))}
+           (("kernel", functools.partial(kernel, isa=isa)), ("XLA", xla),
+            ("plain sum of K and V", read))}
   fixed = [jax.device_put(x) for x in (q, kn, vn, np.int32(slot), mask)]
   caches = {name: [jax.device_put(k), jax.device_put(v)] for name in calls}
 
@@ -105,7 +113,7 @@ def main():
       times[name].append((time.perf_counter() - t) / args.calls)
   cache_gb = 2 * b * KV_HEADS * s * h * 4 / 1e9
   print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
-        f"load average {os.getloadavg()[0]:.2f}; {b} rows x {s} slots, G = {g}, H = {h}, "
+        f"load average {os.getloadavg()[0]:.2f}; kernel built for {isa}; {b} rows x {s} slots, G = {g}, H = {h}, "
         f"{cache_gb * 1e3:.0f} MB of cache")
   med = {name: statistics.median(ts) for name, ts in times.items()}
   for name, m in med.items():

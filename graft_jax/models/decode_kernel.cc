@@ -1,5 +1,6 @@
 // One query per (row, query head) attending over the sampler's KV cache: the decode
-// step's attention on x86 CPUs with AVX-512, as an XLA FFI custom call
+// step's attention on x86 CPUs as an XLA FFI custom call, built for AVX-512
+// (-march=x86-64-v4) or for AVX2 with FMA (-march=x86-64-v3) from this one source
 // (graft_jax/models/decode_kernel.py builds and registers it).
 //
 // Inputs: q (B, K, G, H), the key cache (B, K, H, S), the value cache (B, K, S, H),
@@ -15,8 +16,9 @@
 //   scores: the key rows streamed h by h into up to 4 queries' score rows at a
 //           time (kept in L1; the keys are read once per 4 queries);
 //   softmax: masked, with glibc's vector expf (libmvec);
-//   values: streamed slot by slot into register accumulators, 4 queries at a time
-//           (2 at H = 128, 1 at H = 256), scaled by 1 / sum at the end.
+//   values: streamed slot by slot into register accumulators, a few queries and
+//           a block of columns at a time (as many as the vector registers hold),
+//           scaled by 1 / sum at the end.
 // The next pair's keys and values are prefetched into L2 while a pair runs; the
 // pairs are split over XLA's intra-op thread pool (`Run`).
 #include <immintrin.h>
@@ -31,15 +33,103 @@
 
 #include "xla/ffi/api/ffi.h"
 
+// The vector unit: W floats per register, masked loads of the first n lanes, and
+// the few operations the kernel needs, for the ISA being compiled.
+#if defined(__AVX512F__) && defined(__AVX512BW__)
 extern "C" __m512 _ZGVeN16v_expf(__m512);
+namespace vec {
+constexpr int W = 16;
+using V = __m512;
+using M = __mmask16;
+inline M Tail(int64_t n) { return n >= W ? 0xFFFF : (M)((1u << n) - 1); }
+inline V LoadZ(M t, const float* p) { return _mm512_maskz_loadu_ps(t, p); }
+inline V Load(const float* p) { return _mm512_loadu_ps(p); }
+inline void Store(float* p, V a) { _mm512_storeu_ps(p, a); }
+inline V Set1(float f) { return _mm512_set1_ps(f); }
+inline V Zero() { return _mm512_setzero_ps(); }
+inline V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+inline V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
+inline V Add(V a, V b) { return _mm512_add_ps(a, b); }
+inline V Sub(V a, V b) { return _mm512_sub_ps(a, b); }
+inline V Max(V a, V b) { return _mm512_max_ps(a, b); }
+inline V Exp(V a) { return _ZGVeN16v_expf(a); }
+inline float SumOf(V a) { return _mm512_reduce_add_ps(a); }
+inline float MaxOf(V a) { return _mm512_reduce_max_ps(a); }
+// Lanes of t whose mask byte is set.
+inline M Live(M t, const bool* mask) {
+  const __m512i mi = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(t, mask));
+  return _mm512_test_epi32_mask(mi, mi) & t;
+}
+// where m: a, else b.
+inline V Where(M m, V a, V b) { return _mm512_mask_blend_ps(m, b, a); }
+inline V ZeroOutside(M t, V a) { return _mm512_maskz_mov_ps(t, a); }
+// Value blocks: every column, 4 queries (2 at H = 128, 1 at H = 256, where one
+// slot's values are read from memory by the multiply-adds).
+constexpr int ValueColumns(int H) { return H; }
+constexpr int ValueQueries(int H) { return H <= 64 ? 4 : (H == 128 ? 2 : 1); }
+}  // namespace vec
+#elif defined(__AVX2__) && defined(__FMA__)
+extern "C" __m256 _ZGVdN8v_expf(__m256);
+namespace vec {
+constexpr int W = 8;
+using V = __m256;
+using M = __m256i;  // all ones in a lane that is in
+inline M Tail(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)std::min<int64_t>(n, W)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+inline V LoadZ(M t, const float* p) { return _mm256_maskload_ps(p, t); }
+inline V Load(const float* p) { return _mm256_loadu_ps(p); }
+inline void Store(float* p, V a) { _mm256_storeu_ps(p, a); }
+inline V Set1(float f) { return _mm256_set1_ps(f); }
+inline V Zero() { return _mm256_setzero_ps(); }
+inline V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+inline V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
+inline V Add(V a, V b) { return _mm256_add_ps(a, b); }
+inline V Sub(V a, V b) { return _mm256_sub_ps(a, b); }
+inline V Max(V a, V b) { return _mm256_max_ps(a, b); }
+inline V Exp(V a) { return _ZGVdN8v_expf(a); }
+inline float SumOf(V a) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+inline float MaxOf(V a) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+// Lanes of t whose mask byte is set (the bytes past the tail are not read).
+inline M Live(M t, const bool* mask) {
+  int64_t bytes = 0;
+  const int n = _mm_popcnt_u32((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(t)));
+  std::memcpy(&bytes, mask, n);
+  const __m256i mi = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bytes));
+  return _mm256_and_si256(t, _mm256_cmpgt_epi32(mi, _mm256_setzero_si256()));
+}
+inline V Where(M m, V a, V b) { return _mm256_blendv_ps(b, a, _mm256_castsi256_ps(m)); }
+inline V ZeroOutside(M t, V a) { return _mm256_and_ps(a, _mm256_castsi256_ps(t)); }
+// Value blocks: 32 columns, 2 queries (8 accumulators, 4 value registers).
+constexpr int ValueColumns(int H) { return std::min(H, 32); }
+constexpr int ValueQueries(int) { return 2; }
+}  // namespace vec
+#else
+#error "decode_kernel.cc needs AVX-512 (F, BW) or AVX2 with FMA"
+#endif
 
 namespace ffi = xla::ffi;
 namespace {
+using vec::M;
+using vec::V;
+using vec::W;
 constexpr float kMask = -1e30f;
 
-inline __mmask16 Tail(int64_t n) { return n >= 16 ? 0xFFFF : (__mmask16)((1u << n) - 1); }
+// Score rows are kept Stride(S) floats apart, a whole number of vectors, so that
+// they are written with whole-vector stores (masked stores are slow on some
+// processors: AVX2's vmaskmovps store is microcoded on AMD's Zen).
+inline int64_t Stride(int64_t S) { return (S + W - 1) / W * W; }
 
-// Scores of Q queries (rows of q, H apart) into x (rows S apart): the key rows
+// Scores of Q queries (rows of q, H apart) into x (rows Stride(S) apart): the key rows
 // are streamed once, h by h, each adding q[j][h] * k[h, :] to the Q score rows.
 // With `nk` and `nv` (the next pair's keys and values, H * S floats each), also
 // prefetches 1/H of them into L2 per h.
@@ -57,15 +147,15 @@ inline void ScoreRows(const float* q, const float* k, int64_t S, float* x, const
       }
     }
     const float* krow = k + h * S;
-    __m512 qj[Q];
-    for (int j = 0; j < Q; ++j) qj[j] = _mm512_set1_ps(q[j * H + h]);
-    for (int64_t s0 = 0; s0 < S; s0 += 16) {
-      const __mmask16 t = Tail(S - s0);
-      const __m512 kv = _mm512_maskz_loadu_ps(t, krow + s0);
+    const int64_t X = Stride(S);
+    V qj[Q];
+    for (int j = 0; j < Q; ++j) qj[j] = vec::Set1(q[j * H + h]);
+    for (int64_t s0 = 0; s0 < S; s0 += W) {
+      const V kv = s0 + W <= S ? vec::Load(krow + s0) : vec::LoadZ(vec::Tail(S - s0), krow + s0);
       for (int j = 0; j < Q; ++j) {
-        float* xj = x + j * S + s0;
-        const __m512 prev = h == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(t, xj);
-        _mm512_mask_storeu_ps(xj, t, _mm512_fmadd_ps(qj[j], kv, prev));
+        float* xj = x + j * X + s0;
+        const V prev = h == 0 ? vec::Zero() : vec::Load(xj);
+        vec::Store(xj, vec::Fma(qj[j], kv, prev));
       }
     }
   }
@@ -76,78 +166,91 @@ inline void ScoreRows(const float* q, const float* k, int64_t S, float* x, const
 template <int H>
 void Scores(const float* q, int64_t G, const float* k, int64_t S, float* x, const float* nk,
             const float* nv) {
+  const int64_t X = Stride(S);
   int64_t g = 0;
   for (; g + 4 <= G; g += 4, nk = nv = nullptr)
-    ScoreRows<H, 4>(q + g * H, k, S, x + g * S, nk, nv);
+    ScoreRows<H, 4>(q + g * H, k, S, x + g * X, nk, nv);
   switch (G - g) {
-    case 3: ScoreRows<H, 3>(q + g * H, k, S, x + g * S, nk, nv); break;
-    case 2: ScoreRows<H, 2>(q + g * H, k, S, x + g * S, nk, nv); break;
-    case 1: ScoreRows<H, 1>(q + g * H, k, S, x + g * S, nk, nv); break;
+    case 3: ScoreRows<H, 3>(q + g * H, k, S, x + g * X, nk, nv); break;
+    case 2: ScoreRows<H, 2>(q + g * H, k, S, x + g * X, nk, nv); break;
+    case 1: ScoreRows<H, 1>(q + g * H, k, S, x + g * X, nk, nv); break;
     default: break;
   }
 }
 
-// Masked, scaled softmax of one score row in place; returns 1 / (sum of its exps).
+// Masked, scaled softmax of one score row in place (the lanes past S end as 0);
+// returns 1 / (sum of its exps).
 inline float Softmax(float* x, const bool* mask, int64_t S, float scale) {
-  const __m512 sc = _mm512_set1_ps(scale), neg = _mm512_set1_ps(kMask);
-  __m512 m = neg;
-  for (int64_t s0 = 0; s0 < S; s0 += 16) {
-    const __mmask16 t = Tail(S - s0);
-    const __m512i mi = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(t, mask + s0));
-    const __mmask16 live = _mm512_test_epi32_mask(mi, mi) & t;
-    const __m512 a = _mm512_mask_mul_ps(neg, live, _mm512_maskz_loadu_ps(t, x + s0), sc);
-    m = _mm512_mask_max_ps(m, t, m, a);
-    _mm512_mask_storeu_ps(x + s0, t, a);
+  const V sc = vec::Set1(scale), neg = vec::Set1(kMask);
+  V m = neg;
+  for (int64_t s0 = 0; s0 < S; s0 += W) {
+    const M t = vec::Tail(S - s0);
+    // Lanes past the tail are -1e30, like the initial maximum.
+    const V a = vec::Where(vec::Live(t, mask + s0), vec::Mul(vec::Load(x + s0), sc), neg);
+    m = vec::Max(m, a);
+    vec::Store(x + s0, a);
   }
-  const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(m));
-  __m512 l = _mm512_setzero_ps();
-  for (int64_t s0 = 0; s0 < S; s0 += 16) {
-    const __mmask16 t = Tail(S - s0);
-    const __m512 p =
-        _mm512_maskz_mov_ps(t, _ZGVeN16v_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, x + s0), mx)));
-    l = _mm512_add_ps(l, p);
-    _mm512_mask_storeu_ps(x + s0, t, p);
+  const V mx = vec::Set1(vec::MaxOf(m));
+  V l = vec::Zero();
+  for (int64_t s0 = 0; s0 < S; s0 += W) {
+    const M t = vec::Tail(S - s0);
+    const V p = vec::ZeroOutside(t, vec::Exp(vec::Sub(vec::Load(x + s0), mx)));
+    l = vec::Add(l, p);
+    vec::Store(x + s0, p);
   }
-  return 1.0f / _mm512_reduce_add_ps(l);
+  return 1.0f / vec::SumOf(l);
 }
 
-// out[j] = inv[j] * sum_s p[j][s] v_s for Q queries (p rows S apart, out rows H apart).
-template <int H, int Q>
-inline void Values(const float* p, const float* v, int64_t S, const float* inv, float* out) {
-  constexpr int V = H / 16;
-  __m512 acc[Q][V];
+// Columns [c0, c0 + C) of out[j] = inv[j] * sum_s p[j][s] v_s for Q queries (p rows
+// Stride(S) apart, v and out rows H apart).
+template <int H, int C, int Q>
+inline void Values(const float* p, const float* v, int64_t S, const float* inv, float* out,
+                   int c0) {
+  constexpr int R = C / W;
+  V acc[Q][R];
   for (int j = 0; j < Q; ++j)
-    for (int i = 0; i < V; ++i) acc[j][i] = _mm512_setzero_ps();
+    for (int i = 0; i < R; ++i) acc[j][i] = vec::Zero();
   for (int64_t s = 0; s < S; ++s) {
-    __m512 vv[V];
-    for (int i = 0; i < V; ++i) vv[i] = _mm512_loadu_ps(v + s * H + 16 * i);
+    V vv[R];
+    for (int i = 0; i < R; ++i) vv[i] = vec::Load(v + s * H + c0 + W * i);
     for (int j = 0; j < Q; ++j) {
-      const __m512 pj = _mm512_set1_ps(p[j * S + s]);
-      for (int i = 0; i < V; ++i) acc[j][i] = _mm512_fmadd_ps(pj, vv[i], acc[j][i]);
+      const V pj = vec::Set1(p[j * Stride(S) + s]);
+      for (int i = 0; i < R; ++i) acc[j][i] = vec::Fma(pj, vv[i], acc[j][i]);
     }
   }
   for (int j = 0; j < Q; ++j) {
-    const __m512 c = _mm512_set1_ps(inv[j]);
-    for (int i = 0; i < V; ++i) _mm512_storeu_ps(out + j * H + 16 * i, _mm512_mul_ps(acc[j][i], c));
+    const V c = vec::Set1(inv[j]);
+    for (int i = 0; i < R; ++i) vec::Store(out + j * H + c0 + W * i, vec::Mul(acc[j][i], c));
   }
 }
+
+// Values are summed in blocks of C columns for kQ queries at a time, sized per ISA
+// (`vec::ValueColumns`, `vec::ValueQueries`) so that the accumulators (kQ * C / W
+// registers), one slot's values (C / W) and the broadcast weight fit its registers.
+template <int H>
+struct ValueBlocks {
+  static constexpr int C = vec::ValueColumns(H), kQ = vec::ValueQueries(H);
+  static_assert(H % C == 0 && C % W == 0);
+};
 
 template <int H>
 void AllValues(const float* p, int64_t G, const float* v, int64_t S, const float* inv, float* out) {
-  constexpr int kQ = H <= 64 ? 4 : (H == 128 ? 2 : 1);  // accumulators + one slot's values fit
+  constexpr int C = ValueBlocks<H>::C, kQ = ValueBlocks<H>::kQ;
   for (int64_t g = 0; g < G;) {
     const int64_t n = std::min<int64_t>(kQ, G - g);
-    const float *pg = p + g * S, *ig = inv + g;
+    const float *pg = p + g * Stride(S), *ig = inv + g;
     float* og = out + g * H;
-    if constexpr (kQ >= 4) if (n == 4) { Values<H, 4>(pg, v, S, ig, og); g += 4; continue; }
-    if constexpr (kQ >= 3) if (n == 3) { Values<H, 3>(pg, v, S, ig, og); g += 3; continue; }
-    if constexpr (kQ >= 2) if (n == 2) { Values<H, 2>(pg, v, S, ig, og); g += 2; continue; }
-    Values<H, 1>(pg, v, S, ig, og);
-    g += 1;
+    for (int c0 = 0; c0 < H; c0 += C) {
+      if (kQ >= 4 && n == 4) Values<H, C, std::min(kQ, 4)>(pg, v, S, ig, og, c0);
+      else if (kQ >= 3 && n == 3) Values<H, C, std::min(kQ, 3)>(pg, v, S, ig, og, c0);
+      else if (kQ >= 2 && n == 2) Values<H, C, std::min(kQ, 2)>(pg, v, S, ig, og, c0);
+      else Values<H, C, 1>(pg, v, S, ig, og, c0);
+    }
+    g += n;
   }
 }
 
-// Pairs [r0, r1) of (row, kv head); x holds G score rows of S, inv G floats. Each
+// Pairs [r0, r1) of (row, kv head); x holds G score rows (`Stride`), inv G floats. Each
 // pair first writes its new key and value at slot `slot` of its own cache rows.
 template <int H>
 void Pairs(int64_t r0, int64_t r1, int64_t K, int64_t G, int64_t S, int64_t slot, float scale,
@@ -162,7 +265,7 @@ void Pairs(int64_t r0, int64_t r1, int64_t K, int64_t G, int64_t S, int64_t slot
     Scores<H>(q + r * G * H, G, kr, S, x, more ? kr + H * S : nullptr,
               more ? vr + S * H : nullptr);
     const bool* mr = mask + (r / K) * S;
-    for (int64_t g = 0; g < G; ++g) inv[g] = Softmax(x + g * S, mr, S, scale);
+    for (int64_t g = 0; g < G; ++g) inv[g] = Softmax(x + g * Stride(S), mr, S, scale);
     AllValues<H>(x, G, vr, S, inv, out + r * G * H);
   }
 }
@@ -188,7 +291,7 @@ void Run(ffi::ThreadPool& pool, int64_t B, int64_t K, int64_t G, int64_t S, int6
   const int64_t per_chunk = std::max<int64_t>(1, pairs / (4 * threads));
   auto chunks = std::make_shared<Chunks>((pairs + per_chunk - 1) / per_chunk);
   auto work = [=] {
-    std::vector<float> x(G * S + 16), inv(G);
+    std::vector<float> x(G * Stride(S)), inv(G);
     for (int64_t c; (c = chunks->next.fetch_add(1)) < chunks->total;) {
       const int64_t r0 = c * per_chunk, r1 = std::min(pairs, r0 + per_chunk);
       Pairs<H>(r0, r1, K, G, S, slot, scale, q, k, v, kn, vn, mask, out, x.data(), inv.data());

@@ -175,8 +175,8 @@ class Attention(nnx.Module):
   def _decode_kernel(self, q_BxTxKxGxH, cache) -> bool:
     """Whether a decode step (one query per row) writes its key and value and
     attends in the CPU kernel of `graft_jax.models.decode_kernel`: where
-    `decode_attention` is 'kernel', or 'auto' and the kernel applies (an AVX-512
-    CPU, f32, head_dim 32 / 64 / 128 / 256). Otherwise, and for 'xla', the
+    `decode_attention` is 'kernel', or 'auto' and the kernel applies (an x86
+    CPU with AVX-512 or AVX2, f32, head_dim 32 / 64 / 128 / 256). Otherwise, and for 'xla', the
     cache is written with ``dynamic_update_slice`` and `_cached` attends."""
     if self.decode_attention == "xla":
       return False

@@ -14,6 +14,12 @@ from graft_jax.rollout import JaxSamplerEngine, SamplingParams
 
 HOST = decode_kernel.host_reason()
 needs_kernel = pytest.mark.skipif(HOST is not None, reason=f"the CPU kernel cannot run: {HOST}")
+# Every build of the kernel this host can run (AVX-512 hosts run the AVX2 build too).
+EACH_ISA = pytest.mark.parametrize("isa", [
+    pytest.param(isa, marks=pytest.mark.skipif(
+        HOST is not None or isa not in decode_kernel.host_isas(),
+        reason=f"this host cannot run the {isa} kernel: {HOST or decode_kernel.host_isas()}"))
+    for isa in decode_kernel.ISAS])
 
 
 def reference(q, k, v, mask):
@@ -54,16 +60,17 @@ def operands(seed, b, k, g, h, s):
   return q, kc, vc, kn, vn, slot, mask
 
 
-def run_kernel(q, kc, vc, kn, vn, slot, mask):
-  """(out, key cache, value cache) from the kernel."""
-  fn = jax.jit(lambda *a: decode_kernel.decode_attention(*a, scale=q.shape[-1] ** -0.5))
+def run_kernel(q, kc, vc, kn, vn, slot, mask, isa=None):
+  """(out, key cache, value cache) from the kernel built for `isa` (None: the host's best)."""
+  fn = jax.jit(lambda *a: decode_kernel.decode_attention(*a, scale=q.shape[-1] ** -0.5,
+                                                         isa=isa))
   return tuple(map(np.asarray, fn(q, kc, vc, kn, vn, np.int32(slot), mask)))
 
 
-def check(q, kc, vc, kn, vn, slot, mask):
+def check(q, kc, vc, kn, vn, slot, mask, isa=None):
   """The kernel's caches equal NumPy's write exactly; its output matches float64
   attention over them."""
-  out, k_out, v_out = run_kernel(q, kc, vc, kn, vn, slot, mask)
+  out, k_out, v_out = run_kernel(q, kc, vc, kn, vn, slot, mask, isa)
   k_ref, v_ref = written(kc, vc, kn, vn, slot)
   np.testing.assert_array_equal(k_out, k_ref)
   np.testing.assert_array_equal(v_out, v_ref)
@@ -74,9 +81,22 @@ def test_builds_where_the_host_can():
   if HOST is not None:
     pytest.skip(f"the CPU kernel cannot run: {HOST}")
   assert decode_kernel.unavailable_reason() is None
+  assert decode_kernel.best_isa() == decode_kernel.host_isas()[0]
+  for isa in decode_kernel.host_isas():
+    assert decode_kernel.unavailable_reason(isa) is None, isa
 
 
-@needs_kernel
+def test_an_isa_the_host_lacks_says_why():
+  lacking = [isa for isa in decode_kernel.ISAS if isa not in decode_kernel.host_isas()]
+  if HOST is not None or not lacking:
+    pytest.skip(f"this host runs every build, or none: {HOST or decode_kernel.host_isas()}")
+  reason = decode_kernel.unavailable_reason(lacking[0])
+  assert reason.startswith(f"cannot use {lacking[0]}"), reason
+  with pytest.raises(RuntimeError, match=f"cannot use {lacking[0]}"):
+    decode_kernel.decode_attention(*operands(0, 1, 1, 1, 32, 4), scale=1.0, isa=lacking[0])
+
+
+@EACH_ISA
 @pytest.mark.parametrize("b,k,g,h,s", [
     (5, 2, 2, 64, 37),   # the benchmark model's heads; S not a multiple of 16
     (3, 1, 1, 32, 16),
@@ -86,24 +106,24 @@ def test_builds_where_the_host_can():
     (7, 3, 7, 32, 33),
     (2, 1, 6, 128, 300),
 ])
-def test_matches_float64(b, k, g, h, s):
-  check(*operands(0, b, k, g, h, s))
+def test_matches_float64(b, k, g, h, s, isa):
+  check(*operands(0, b, k, g, h, s), isa=isa)
 
 
-@needs_kernel
+@EACH_ISA
 @pytest.mark.parametrize("slot", [-3, 0, 36, 37, 90])
-def test_slot_is_clamped_into_the_cache(slot):
+def test_slot_is_clamped_into_the_cache(slot, isa):
   """Slots outside [0, S) land at the nearest end, as dynamic_update_slice's do."""
   q, kc, vc, kn, vn, _, mask = operands(1, 3, 2, 2, 64, 37)
-  check(q, kc, vc, kn, vn, slot, mask)
+  check(q, kc, vc, kn, vn, slot, mask, isa)
 
 
-@needs_kernel
+@EACH_ISA
 @settings(max_examples=20, deadline=None)
 @given(st.integers(0, 2 ** 31 - 1), st.integers(1, 6), st.integers(1, 3), st.integers(1, 9),
        st.sampled_from(decode_kernel.HEAD_DIMS), st.integers(1, 70))
-def test_any_shape_matches_float64(seed, b, k, g, h, s):
-  check(*operands(seed, b, k, g, h, s))
+def test_any_shape_matches_float64(isa, seed, b, k, g, h, s):
+  check(*operands(seed, b, k, g, h, s), isa=isa)
 
 
 def test_applies_says_why_not():
