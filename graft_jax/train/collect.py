@@ -36,6 +36,10 @@ class Rollout:
   # True when ``old_logp`` holds the sampler's log-probs and the update's own
   # forward pass provides the old-policy ones (``step.old_logp_in_update``).
   old_logp_from_update: bool = False
+  # True when ``old_logp`` holds the sampler's log-probs until the rows are built,
+  # and then only the own rows with a loss term are scored
+  # (``Method.old_logp_deferred``, `graft_jax.train.deferred_old_logp`).
+  old_logp_deferred: bool = False
 
   @property
   def n(self) -> int:
@@ -47,6 +51,10 @@ class Rollout:
 
   @property
   def old_mean_logp_B(self) -> np.ndarray:
+    if self.old_logp_deferred:
+      raise ValueError(f"{self.name}'s old log-probs are deferred to row building "
+                       "(Method.old_logp_deferred): a method that reads them while it "
+                       "builds rows sets old_logp_from_update = False")
     return np.array([mean_or_nan(x) for x in self.old_logp], np.float32)
 
 
@@ -57,10 +65,12 @@ def sampling_params(cfg, seed: int) -> SamplingParams:
 
 def rollout_from_batch(policy, problems, batch: RolloutBatch, prompt_ids, reward_fn, cfg,
                        old_logp=None, timings: dict | None = None, *,
-                       old_logp_in_update: bool = False) -> Rollout:
+                       old_logp_in_update: bool = False,
+                       old_logp_deferred: bool = False) -> Rollout:
   """Decodes, scores and computes advantages for a batch, and its old log-probs unless
   given or left to the update (``old_logp_in_update``: the sampler's stand in their
-  place, for the update to compare against its own)."""
+  place, for the update to compare against its own) or to row building
+  (``old_logp_deferred``: the sampler's stand in until then)."""
   g, n = len(problems), batch.n
   timings = {} if timings is None else timings
   t0 = time.perf_counter()
@@ -75,7 +85,7 @@ def rollout_from_batch(policy, problems, batch: RolloutBatch, prompt_ids, reward
   gen_mean = np.array([mean_or_nan(x) for x in gen_logp], np.float32)
   t0 = time.perf_counter()
   if old_logp is None:
-    if cfg.old_logp_source == "sampler" or old_logp_in_update:
+    if cfg.old_logp_source == "sampler" or old_logp_in_update or old_logp_deferred:
       old_logp = gen_logp
     else:
       old_logp = score_rows(policy.model, [prompt_ids[b // n] for b in range(g * n)],
@@ -83,15 +93,17 @@ def rollout_from_batch(policy, problems, batch: RolloutBatch, prompt_ids, reward
                             length_cap=cfg.max_prompt_len + cfg.max_response_len)
   timings[f"{policy.name}/old_logp_s"] = time.perf_counter() - t0
   return Rollout(policy.name, batch, prompt_ids, response_ids, texts, rewards_GxN, adv_GxN,
-                 old_logp, gen_mean, stats, old_logp_from_update=old_logp_in_update)
+                 old_logp, gen_mean, stats, old_logp_from_update=old_logp_in_update,
+                 old_logp_deferred=old_logp_deferred and old_logp is gen_logp)
 
 
 def collect(policy, problems, cfg, reward_fn, seed: int, timings: dict, *,
-            old_logp_in_update: bool = False) -> Rollout:
+            old_logp_in_update: bool = False, old_logp_deferred: bool = False) -> Rollout:
   """Samples n responses per problem with the policy's engine and scores them."""
   prompt_ids = [policy.prompt_ids(p.problem) for p in problems]
   t0 = time.perf_counter()
   batch = policy.engine.generate(prompt_ids, cfg.n, sampling_params(cfg, seed))
   timings[f"{policy.name}/sample_s"] = time.perf_counter() - t0
   return rollout_from_batch(policy, problems, batch, prompt_ids, reward_fn, cfg, timings=timings,
-                            old_logp_in_update=old_logp_in_update)
+                            old_logp_in_update=old_logp_in_update,
+                            old_logp_deferred=old_logp_deferred)

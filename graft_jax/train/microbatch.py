@@ -73,11 +73,19 @@ def silent_rows(batch: dict, spec) -> np.ndarray:
   if spec.kind != "ppo":
     return np.zeros(len(batch["ids"]), bool)
   has_tokens_B = np.asarray(batch["resp_mask"]).sum(axis=1) > 0
-  ppo_B = np.asarray(batch["ppo"]) > 0
-  signal_B = ppo_B & (np.asarray(batch["adv"]) * np.asarray(batch["weight"]) != 0)
+  return has_tokens_B & ~has_signal(np.asarray(batch["ppo"]) > 0, np.asarray(batch["sgt"]) > 0,
+                                    batch["adv"], batch["weight"], spec)
+
+
+def has_signal(ppo_B, sgt_B, adv_B, weight_B, spec) -> np.ndarray:
+  """Rows with a loss term that can be non-zero (`silent_rows`): a PPO row with
+  w_j A_j != 0, or an SGT row when the NLL term is on; every row under HACPO."""
+  if spec.kind != "ppo":
+    return np.ones(len(ppo_B), bool)
+  signal_B = np.asarray(ppo_B, bool) & (np.asarray(adv_B) * np.asarray(weight_B) != 0)
   if spec.sgt_coef:
-    signal_B |= np.asarray(batch["sgt"]) > 0
-  return has_tokens_B & ~signal_B
+    signal_B |= np.asarray(sgt_B, bool)
+  return signal_B
 
 
 def loss_units(batch: dict, by_rows: bool = False) -> np.ndarray:
@@ -317,16 +325,19 @@ def update(policy, params, opt_state, batch: dict, update_index, spec, *,
   cut by ``micro_batch_tokens``: packed by length (``packed_update``) or, without
   ``pack_by_length``, into equal micro-batches of the padded length under one scan.
   ``skip_silent`` leaves the `silent_rows` out of packed micro-batches (the same
-  gradient, less work); the other two paths run every row.
+  gradient, less work); with packing on it sends a minibatch under the budget
+  down the packed path too, so that no silent row ever runs
+  (``Method.old_logp_deferred`` relies on it). The unpacked path runs every row.
   """
   b, t = batch["ids"].shape
   mesh = policy.mesh
   shards = batch_shards(mesh) if mesh is not None else 1
   rows = rows_per_micro(b, t, micro_batch_tokens, shards)
-  if mesh is None and rows >= b:
+  packed = pack_by_length and micro_batch_tokens > 0
+  if mesh is None and rows >= b and not (packed and skip_silent):
     return update_minibatch(params, opt_state, to_device_batch(batch), update_index,
                             graphdef=policy.graphdef, tx=policy.tx, spec=spec)
-  if pack_by_length and micro_batch_tokens > 0:
+  if packed:
     return packed_update(policy, params, opt_state, batch, update_index, spec,
                          micro_batch_tokens=micro_batch_tokens, skip_silent=skip_silent)
   micro = split_minibatch(batch, rows, by_rows=spec.kind == "hacpo")

@@ -42,9 +42,13 @@ class Rows:
   cap_ratio: list = dataclasses.field(default_factory=list)
   old_logp: list = dataclasses.field(default_factory=list)
   ref_logp: list = dataclasses.field(default_factory=list)
+  # True where ``old_logp`` is the sampler's, standing in until the rows are built
+  # (``Method.old_logp_deferred``; `graft_jax.train.deferred_old_logp` scores them).
+  old_logp_deferred: list = dataclasses.field(default_factory=list)
 
   def add(self, prompt, response, group, *, adv=0.0, weight=1.0, keep=True, grafted=False,
-          kind=KIND_PPO, is_self=True, src_mean_logp=0.0, cap_ratio=1.0, old_logp=None):
+          kind=KIND_PPO, is_self=True, src_mean_logp=0.0, cap_ratio=1.0, old_logp=None,
+          old_logp_deferred=False):
     self.prompt_ids.append(list(prompt))
     self.response_ids.append(list(response))
     self.group.append(int(group))
@@ -58,6 +62,7 @@ class Rows:
     self.cap_ratio.append(float(cap_ratio))
     self.old_logp.append(None if old_logp is None else np.asarray(old_logp, np.float32))
     self.ref_logp.append(None)
+    self.old_logp_deferred.append(bool(old_logp_deferred))
 
   def __len__(self):
     return len(self.group)

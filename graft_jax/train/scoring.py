@@ -10,7 +10,7 @@ from graft_jax.models.logprobs import bucket_length
 
 def score_rows(model, prompts, responses, pad_id: int, *, chunk_rows: int = 64,
                temperature: float = 1.0, length_cap: int = 0,
-               token_budget: int | None = None) -> list[np.ndarray]:
+               token_budget: int | None = None, min_length: int = 0) -> list[np.ndarray]:
   """Per row, log pi(response_t | prompt, response_<t) as a float32 array.
 
   Chunks are padded to ``chunk_rows`` rows (dummy one-token prompts) and
@@ -21,10 +21,12 @@ def score_rows(model, prompts, responses, pad_id: int, *, chunk_rows: int = 64,
   a chunk holds the largest power of two of rows that fits it at the
   bucketed length of the longest row (at least one row); each row's values
   are the same as without it. An empty response gives an empty array.
+  ``min_length`` shapes the chunks as if a row had that many tokens (a subset of
+  a batch scored at the whole batch's shapes, so no new program compiles).
   """
   budget = getattr(model, "score_tokens", 0) if token_budget is None else token_budget
   if budget and len(prompts):
-    longest = max(len(p) + len(r) for p, r in zip(prompts, responses))
+    longest = max([len(p) + len(r) for p, r in zip(prompts, responses)] + [min_length])
     fit = max(1, budget // bucket_length(longest, length_cap))
     chunk_rows = min(chunk_rows, 1 << (fit.bit_length() - 1))
   out: list[np.ndarray] = []
@@ -34,7 +36,8 @@ def score_rows(model, prompts, responses, pad_id: int, *, chunk_rows: int = 64,
     real = len(ps)
     ps += [[pad_id]] * (chunk_rows - real)
     rs += [[]] * (chunk_rows - real)
-    length = bucket_length(max(len(p) + len(r) for p, r in zip(ps, rs)), length_cap)
+    length = bucket_length(max([len(p) + len(r) for p, r in zip(ps, rs)] + [min_length]),
+                           length_cap)
     packed = pack_pairs(ps, rs, pad_id, multiple=length)
     logp = np.asarray(token_logprobs_jit(model, packed.ids_BxT, packed.attn_mask_BxT,
                                          temperature=temperature))

@@ -16,6 +16,7 @@ from graft_jax import core
 from graft_jax.train import methods, microbatch
 from graft_jax.models.logprobs import bucket_length
 from graft_jax.train.collect import collect
+from graft_jax.train.deferred_old_logp import score_deferred
 from graft_jax.train.rows import pack_minibatch
 
 
@@ -91,13 +92,14 @@ def run_updates(policy, rows, g: int, cfg, key, method=None) -> dict:
 
 def rollout_metrics(roll) -> dict:
   """Reward and length statistics, and the sampler / old-policy log-prob gap (which the
-  update measures itself when it computes the old log-probs, ``old_logp_in_update``)."""
+  update measures itself when it computes the old log-probs, ``old_logp_in_update``,
+  and `score_deferred` over the rows it scores, ``old_logp_deferred``)."""
   k, n = roll.k_G, roll.n
   lengths = roll.batch.lengths_B
   out = {"reward_mean": float(roll.rewards_GxN.mean()), "all_fail": float((k == 0).mean()),
          "all_pass": float((k == n).mean()), "response_len": float(lengths.mean()),
          "truncated": float(roll.batch.truncated_B.mean())}
-  if not roll.old_logp_from_update:
+  if not (roll.old_logp_from_update or roll.old_logp_deferred):  # else measured later
     gen = np.concatenate([roll.batch.logp_BxL[b, :len(x)] for b, x in enumerate(roll.old_logp)] + [[]])
     old = np.concatenate(list(roll.old_logp) + [[]])
     gap = np.abs(gen - old) if gen.size == old.size and gen.size else np.zeros(1)
@@ -118,10 +120,11 @@ def train_step(cfg, policies: dict, problems, reward_fn, step: int, key, *,
   timings: dict[str, float] = {}
   rolls = {}
   in_update = method.old_logp_in_update(len(problems))
+  deferred = method.old_logp_deferred(len(problems))
   for i, name in enumerate(method.trained(list(policies))):
     seed = int(jax.random.randint(jax.random.fold_in(key, 1000 + i), (), 0, 2 ** 31 - 1))
     rolls[name] = collect(policies[name], problems, cfg, reward_fn, seed, timings,
-                          old_logp_in_update=in_update)
+                          old_logp_in_update=in_update, old_logp_deferred=deferred)
   t0 = time.perf_counter()
   peers = method.peers(rolls, problems, epoch)
   timings["peers_s"] = time.perf_counter() - t0
@@ -139,6 +142,12 @@ def train_step(cfg, policies: dict, problems, reward_fn, step: int, key, *,
       metrics[name]["exchange"] = stats.metrics()
   metrics.update(method.step_metrics(built))
   timings["exchange_s"] = time.perf_counter() - t0
+  if deferred:  # before any update: the behavior policy's parameters
+    spec = method.loss(len(problems))
+    for name, (rows, _) in built.items():
+      t0 = time.perf_counter()
+      metrics[name].update(score_deferred(policies[name], rows, spec, cfg))
+      timings[f"{name}/old_logp_s"] += time.perf_counter() - t0
 
   for i, (name, (rows, _)) in enumerate(built.items()):
     t0 = time.perf_counter()

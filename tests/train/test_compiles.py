@@ -67,11 +67,18 @@ def run(method, num_minibatches, names):
 
 
 def test_graft_with_two_minibatches_compiles_only_in_its_first_step():
+  """With two minibatches the own rows' old log-probs are scored after the rows are
+  built, only where a row has a loss term (`graft_jax.train.deferred_old_logp`): a
+  model whose own groups are all silent in step 0 first runs that scorer later.
+  So the count starts after the first step in which both models scored rows."""
   per_step, lengths, records = run("graft", 2, ("toy_a", "toy_b"))
   assert len(lengths) > 5  # the lengths did vary
   assert sum(r[n]["exchange"].get("grafted_groups", 0) for r in records for n in ("toy_a", "toy_b"))
   assert per_step[0] > 0
-  assert {s: c for s, c in per_step.items() if s > 0} == {}
+  first = max(min(s for s, r in enumerate(records) if r[n]["old_logp_rows_scored"])
+              for n in ("toy_a", "toy_b"))
+  assert first <= 2, first
+  assert {s: c for s, c in per_step.items() if s > first} == {}
 
 
 def test_grpo_with_the_old_logprobs_in_the_update_compiles_only_in_its_first_step():

@@ -85,6 +85,24 @@ class Method:
     return (cfg.old_logp_source == "teacher_forced" and self.old_logp_from_update
             and cfg.ppo_epochs == 1 and self.num_minibatches(g) == 1)
 
+  def old_logp_deferred(self, g: int) -> bool:
+    """Whether the old-log-prob pass waits until the rows are built, and then scores
+    only the own rows with a loss term (`graft_jax.train.deferred_old_logp`).
+
+    With several updates per batch of rollouts the own rows need the behavior
+    policy's log-probs, but a row without a loss term (an all-fail or all-pass
+    group's, under GRPO most of them) is never run when the update packs its
+    micro-batches and skips such rows (``skip_silent_rows``, ``pack_by_length``,
+    ``micro_batch_tokens``), so its log-probs are never read. Which rows those are is the method's to say, once
+    its rows are built. A method whose rows read the rollouts' old log-probs
+    while they are built (``old_logp_from_update`` False: HACPO) scores them all
+    up front.
+    """
+    cfg = self.cfg
+    return (cfg.old_logp_source == "teacher_forced" and self.old_logp_from_update
+            and cfg.skip_silent_rows and cfg.pack_by_length and cfg.micro_batch_tokens > 0
+            and not self.old_logp_in_update(g))
+
   def num_minibatches(self, g: int) -> int:
     return self.cfg.num_minibatches
 
