@@ -291,7 +291,9 @@ class TrainConfig:
   # Packed micro-batches leave out the rows whose loss terms are all zero (w A = 0,
   # not SGT: all-fail and all-pass groups, rows the gate weighted to 0). The gradient
   # is the same; the ratio / KL / clip fractions are then over the rows that ran
-  # (microbatch.silent_rows). False: every row runs.
+  # (microbatch.silent_rows). With several updates per batch of rollouts the old
+  # log-probs are then computed for the rows that run only (train.deferred_old_logp).
+  # False: every row runs.
   skip_silent_rows: bool = True
   remat: str = 'none'  # per decoder block: 'none' | 'full' | 'dots_saveable' | 'dots_no_batch'
   scan_layers: bool = False  # one compiled block under jax.lax.scan (flat compile time)
