@@ -321,7 +321,8 @@ def update(policy, params, opt_state, batch: dict, update_index, spec, *,
   """One optimizer step on a host minibatch; ``params`` and ``opt_state`` are donated.
 
   Without a mesh and with the minibatch under the budget this is the plain
-  ``update_minibatch`` (one program, unchanged numerics). Otherwise the minibatch is
+  ``update_minibatch`` (one program, unchanged numerics), unless ``skip_silent``
+  with packing says otherwise (below). Otherwise the minibatch is
   cut by ``micro_batch_tokens``: packed by length (``packed_update``) or, without
   ``pack_by_length``, into equal micro-batches of the padded length under one scan.
   ``skip_silent`` leaves the `silent_rows` out of packed micro-batches (the same
