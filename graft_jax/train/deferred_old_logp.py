@@ -35,10 +35,13 @@ def score_deferred(policy, rows: Rows, spec, cfg) -> dict:
   """Scores `rows_to_score` under the policy's current (behavior) parameters, in
   place: their ``old_logp`` and ``src_mean_logp``. Returns how many rows were
   scored and left silent, and the sampler / old-policy gap over the scored
-  tokens (``logp_mismatch_mean``, ``logp_mismatch_max``; absent with none)."""
+  tokens (``logp_mismatch_mean``, ``logp_mismatch_max``; with no row scored they
+  read 0 beside ``old_logp_rows_scored`` = 0, as the update's fractions do beside
+  ``rows_run`` = 0)."""
   idx = rows_to_score(rows, spec)
   out = {"old_logp_rows_scored": len(idx),
-         "old_logp_rows_silent": int(np.sum(rows.old_logp_deferred)) - len(idx)}
+         "old_logp_rows_silent": int(np.sum(rows.old_logp_deferred)) - len(idx),
+         "logp_mismatch_mean": 0.0, "logp_mismatch_max": 0.0}
   if not len(idx):
     return out
   # At the shapes scoring every placeholder row would take (its longest row's

@@ -85,9 +85,10 @@ def test_scored_rows_equal_the_up_front_pass(policy):
   gap = np.concatenate([np.abs(before[i] - want[i]) for i in scored])
   np.testing.assert_allclose(out["logp_mismatch_mean"], gap.mean(), rtol=1e-5)
   np.testing.assert_allclose(out["logp_mismatch_max"], gap.max(), rtol=1e-5)
-  # Nothing left to score: no pass, no gap.
+  # Nothing left to score: no pass; the gap reads 0 beside the count of 0.
   assert score_deferred(policy, rows, LossSpec(), cfg) == {
-      "old_logp_rows_scored": 0, "old_logp_rows_silent": 7}
+      "old_logp_rows_scored": 0, "old_logp_rows_silent": 7, "logp_mismatch_mean": 0.0,
+      "logp_mismatch_max": 0.0}
 
 
 @pytest.mark.parametrize("overrides,want", [
