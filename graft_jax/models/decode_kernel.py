@@ -67,6 +67,7 @@ def cache_dir() -> pathlib.Path:
                       or "~/.cache/graft_jax/kernels").expanduser()
 
 
+@functools.cache
 def host_isas() -> tuple[str, ...]:
   """The instruction sets of `ISAS` this host's processor has, best first (empty
   off x86-64 or where /proc/cpuinfo cannot be read)."""
