@@ -200,25 +200,22 @@ def sampler_floor(cfg: ModelConfig, rows: int, prompt_len: int, new_tokens: int,
 
   - projection matmuls, 2 x (per-layer projection weights x layers + V x D) FLOPs
     per token, at ``flops_per_s`` (the f32 matmul ceiling);
-  - attention reading the KV cache: per step, rows x layers x 2 x K x H x
-    (prompt_len + the end of the step's phase, `window_phases`) fp32 values,
-    at ``bytes_per_s``.
+  - attention reading the KV cache: step i (from 0) reads the slots filled by
+    then, rows x layers x 2 x K x H x (prompt_len + i + 1) fp32 values, at
+    ``bytes_per_s`` (the CPU kernel reads each row's live span, about that;
+    XLA's decode attention reads each phase's whole window, `window_phases`).
 
   The prefill, norms, RoPE, softmax, sampling and cache writes are left out, so
   the real call is slower. Returns {'matmul_s', 'kv_bytes', 'kv_s', 'floor_s'}.
   """
   from graft_jax.rollout.kv_budget import kv_bytes_per_row
-  from graft_jax.rollout.sampler import window_phases
 
   d, hd = cfg.hidden_size, cfg.head_dim
   per_layer = (d * cfg.num_heads * hd * 2 + d * cfg.num_kv_heads * hd * 2
                + 3 * d * cfg.intermediate_size)
   flops = 2 * (per_layer * cfg.num_layers + cfg.vocab_size * d) * rows * new_tokens
   per_slot = rows * kv_bytes_per_row(cfg, slots=1, itemsize=4)
-  kv_bytes, start = 0, 0
-  for end in window_phases(new_tokens):
-    kv_bytes += (end - start) * per_slot * (prompt_len + end)
-    start = end
+  kv_bytes = per_slot * (new_tokens * prompt_len + new_tokens * (new_tokens + 1) // 2)
   out = {"matmul_s": flops / flops_per_s, "kv_bytes": kv_bytes, "kv_s": kv_bytes / bytes_per_s}
   out["floor_s"] = out["matmul_s"] + out["kv_s"]
   return out

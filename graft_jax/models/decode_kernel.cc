@@ -12,6 +12,11 @@
 //   x_s = mask_s ? scale * q . k_s : -1e30,  p = exp(x - max x) / sum exp(x - max x),
 //   out = sum_s p_s v_s
 // (a row that sees nothing averages all S values, as the XLA formulation does).
+// A row that sees something reads only its live span (`Span`): from its first
+// live slot (rounded down to a whole vector) to its last. Outside it every p_s is
+// exactly 0 (exp of -1e30 minus a live score underflows), so skipping those slots
+// leaves each sum as it was; the sampler's rows leave the slots past the step
+// unfilled, and this is where most of a phase's window lies.
 // H in {32, 64, 128, 256}; any G. Each (row, kv head) pair is one unit of work:
 //   scores: the key rows streamed h by h into up to 4 queries' score rows at a
 //           time (kept in L1; the keys are read once per 4 queries);
@@ -129,29 +134,44 @@ constexpr float kMask = -1e30f;
 // processors: AVX2's vmaskmovps store is microcoded on AMD's Zen).
 inline int64_t Stride(int64_t S) { return (S + W - 1) / W * W; }
 
-// Scores of Q queries (rows of q, H apart) into x (rows Stride(S) apart): the key rows
-// are streamed once, h by h, each adding q[j][h] * k[h, :] to the Q score rows.
-// With `nk` and `nv` (the next pair's keys and values, H * S floats each), also
-// prefetches 1/H of them into L2 per h.
+// The slots [lo, hi) a row reads: from its first live slot, rounded down to a
+// multiple of W (whole vectors, as its score row is stored), to one past its
+// last; all S where no slot is live.
+struct Span {
+  int64_t lo, hi;
+};
+inline Span LiveSpan(const bool* mask, int64_t S) {
+  int64_t hi = S;
+  while (hi > 0 && !mask[hi - 1]) --hi;
+  if (hi == 0) return {0, S};
+  int64_t lo = 0;
+  while (!mask[lo]) ++lo;
+  return {lo / W * W, hi};
+}
+
+// Scores of Q queries (rows of q, H apart) into x (rows Stride(S) apart) at slots
+// [lo, hi) (lo a multiple of W): the key rows (S apart) are streamed once, h by h,
+// each adding q[j][h] * k[h, lo:hi] to the Q score rows. With `nk` and `nv` (the
+// next pair's keys and values), also prefetches into L2 per h the next pair's key
+// row h over its span `nx` and 1/H of its values over that span.
 template <int H, int Q>
-inline void ScoreRows(const float* q, const float* k, int64_t S, float* x, const float* nkf,
-                      const float* nvf) {
-  const int64_t lines = H * S * 4 / 64, per_h = (lines + H - 1) / H;
+inline void ScoreRows(const float* q, const float* k, int64_t S, int64_t lo, int64_t hi,
+                      float* x, const float* nk, const float* nv, Span nx) {
+  const int64_t vlines = (nx.hi - nx.lo) * H * 4 / 64, per_h = (vlines + H - 1) / H;
   for (int h = 0; h < H; ++h) {
-    if (nkf != nullptr) {
-      const char* nk = reinterpret_cast<const char*>(nkf);
-      const char* nv = reinterpret_cast<const char*>(nvf);
-      for (int64_t i = h * per_h; i < std::min(lines, (h + 1) * per_h); ++i) {
-        _mm_prefetch(nk + i * 64, _MM_HINT_T1);
-        _mm_prefetch(nv + i * 64, _MM_HINT_T1);
-      }
+    if (nk != nullptr) {
+      const char* kh = reinterpret_cast<const char*>(nk + h * S);
+      for (int64_t b = nx.lo * 4; b < nx.hi * 4; b += 64) _mm_prefetch(kh + b, _MM_HINT_T1);
+      const char* vs = reinterpret_cast<const char*>(nv + nx.lo * H);
+      for (int64_t i = h * per_h; i < std::min(vlines, (h + 1) * per_h); ++i)
+        _mm_prefetch(vs + i * 64, _MM_HINT_T1);
     }
     const float* krow = k + h * S;
     const int64_t X = Stride(S);
     V qj[Q];
     for (int j = 0; j < Q; ++j) qj[j] = vec::Set1(q[j * H + h]);
-    for (int64_t s0 = 0; s0 < S; s0 += W) {
-      const V kv = s0 + W <= S ? vec::Load(krow + s0) : vec::LoadZ(vec::Tail(S - s0), krow + s0);
+    for (int64_t s0 = lo; s0 < hi; s0 += W) {
+      const V kv = s0 + W <= hi ? vec::Load(krow + s0) : vec::LoadZ(vec::Tail(hi - s0), krow + s0);
       for (int j = 0; j < Q; ++j) {
         float* xj = x + j * X + s0;
         const V prev = h == 0 ? vec::Zero() : vec::Load(xj);
@@ -164,27 +184,27 @@ inline void ScoreRows(const float* q, const float* k, int64_t S, float* x, const
 // The next pair's keys `nk` and values `nv` (or null) are prefetched during the
 // first pass over the keys.
 template <int H>
-void Scores(const float* q, int64_t G, const float* k, int64_t S, float* x, const float* nk,
-            const float* nv) {
+void Scores(const float* q, int64_t G, const float* k, int64_t S, Span sp, float* x,
+            const float* nk, const float* nv, Span nx) {
   const int64_t X = Stride(S);
   int64_t g = 0;
   for (; g + 4 <= G; g += 4, nk = nv = nullptr)
-    ScoreRows<H, 4>(q + g * H, k, S, x + g * X, nk, nv);
+    ScoreRows<H, 4>(q + g * H, k, S, sp.lo, sp.hi, x + g * X, nk, nv, nx);
   switch (G - g) {
-    case 3: ScoreRows<H, 3>(q + g * H, k, S, x + g * X, nk, nv); break;
-    case 2: ScoreRows<H, 2>(q + g * H, k, S, x + g * X, nk, nv); break;
-    case 1: ScoreRows<H, 1>(q + g * H, k, S, x + g * X, nk, nv); break;
+    case 3: ScoreRows<H, 3>(q + g * H, k, S, sp.lo, sp.hi, x + g * X, nk, nv, nx); break;
+    case 2: ScoreRows<H, 2>(q + g * H, k, S, sp.lo, sp.hi, x + g * X, nk, nv, nx); break;
+    case 1: ScoreRows<H, 1>(q + g * H, k, S, sp.lo, sp.hi, x + g * X, nk, nv, nx); break;
     default: break;
   }
 }
 
-// Masked, scaled softmax of one score row in place (the lanes past S end as 0);
-// returns 1 / (sum of its exps).
-inline float Softmax(float* x, const bool* mask, int64_t S, float scale) {
+// Masked, scaled softmax of one score row in place over slots [lo, hi) (lo a
+// multiple of W; the lanes past hi end as 0); returns 1 / (sum of its exps).
+inline float Softmax(float* x, const bool* mask, int64_t lo, int64_t hi, float scale) {
   const V sc = vec::Set1(scale), neg = vec::Set1(kMask);
   V m = neg;
-  for (int64_t s0 = 0; s0 < S; s0 += W) {
-    const M t = vec::Tail(S - s0);
+  for (int64_t s0 = lo; s0 < hi; s0 += W) {
+    const M t = vec::Tail(hi - s0);
     // Lanes past the tail are -1e30, like the initial maximum.
     const V a = vec::Where(vec::Live(t, mask + s0), vec::Mul(vec::Load(x + s0), sc), neg);
     m = vec::Max(m, a);
@@ -192,8 +212,8 @@ inline float Softmax(float* x, const bool* mask, int64_t S, float scale) {
   }
   const V mx = vec::Set1(vec::MaxOf(m));
   V l = vec::Zero();
-  for (int64_t s0 = 0; s0 < S; s0 += W) {
-    const M t = vec::Tail(S - s0);
+  for (int64_t s0 = lo; s0 < hi; s0 += W) {
+    const M t = vec::Tail(hi - s0);
     const V p = vec::ZeroOutside(t, vec::Exp(vec::Sub(vec::Load(x + s0), mx)));
     l = vec::Add(l, p);
     vec::Store(x + s0, p);
@@ -201,16 +221,16 @@ inline float Softmax(float* x, const bool* mask, int64_t S, float scale) {
   return 1.0f / vec::SumOf(l);
 }
 
-// Columns [c0, c0 + C) of out[j] = inv[j] * sum_s p[j][s] v_s for Q queries (p rows
-// Stride(S) apart, v and out rows H apart).
+// Columns [c0, c0 + C) of out[j] = inv[j] * sum_{s in sp} p[j][s] v_s for Q queries
+// (p rows Stride(S) apart, v and out rows H apart).
 template <int H, int C, int Q>
-inline void Values(const float* p, const float* v, int64_t S, const float* inv, float* out,
-                   int c0) {
+inline void Values(const float* p, const float* v, int64_t S, Span sp, const float* inv,
+                   float* out, int c0) {
   constexpr int R = C / W;
   V acc[Q][R];
   for (int j = 0; j < Q; ++j)
     for (int i = 0; i < R; ++i) acc[j][i] = vec::Zero();
-  for (int64_t s = 0; s < S; ++s) {
+  for (int64_t s = sp.lo; s < sp.hi; ++s) {
     V vv[R];
     for (int i = 0; i < R; ++i) vv[i] = vec::Load(v + s * H + c0 + W * i);
     for (int j = 0; j < Q; ++j) {
@@ -234,17 +254,18 @@ struct ValueBlocks {
 };
 
 template <int H>
-void AllValues(const float* p, int64_t G, const float* v, int64_t S, const float* inv, float* out) {
+void AllValues(const float* p, int64_t G, const float* v, int64_t S, Span sp, const float* inv,
+               float* out) {
   constexpr int C = ValueBlocks<H>::C, kQ = ValueBlocks<H>::kQ;
   for (int64_t g = 0; g < G;) {
     const int64_t n = std::min<int64_t>(kQ, G - g);
     const float *pg = p + g * Stride(S), *ig = inv + g;
     float* og = out + g * H;
     for (int c0 = 0; c0 < H; c0 += C) {
-      if (kQ >= 4 && n == 4) Values<H, C, std::min(kQ, 4)>(pg, v, S, ig, og, c0);
-      else if (kQ >= 3 && n == 3) Values<H, C, std::min(kQ, 3)>(pg, v, S, ig, og, c0);
-      else if (kQ >= 2 && n == 2) Values<H, C, std::min(kQ, 2)>(pg, v, S, ig, og, c0);
-      else Values<H, C, 1>(pg, v, S, ig, og, c0);
+      if (kQ >= 4 && n == 4) Values<H, C, std::min(kQ, 4)>(pg, v, S, sp, ig, og, c0);
+      else if (kQ >= 3 && n == 3) Values<H, C, std::min(kQ, 3)>(pg, v, S, sp, ig, og, c0);
+      else if (kQ >= 2 && n == 2) Values<H, C, std::min(kQ, 2)>(pg, v, S, sp, ig, og, c0);
+      else Values<H, C, 1>(pg, v, S, sp, ig, og, c0);
     }
     g += n;
   }
@@ -262,11 +283,13 @@ void Pairs(int64_t r0, int64_t r1, int64_t K, int64_t G, int64_t S, int64_t slot
     for (int h = 0; h < H; ++h) kr[h * S + slot] = kn[r * H + h];
     std::memcpy(vr + slot * H, vn + r * H, sizeof(float) * H);
     const bool more = r + 1 < r1;
-    Scores<H>(q + r * G * H, G, kr, S, x, more ? kr + H * S : nullptr,
-              more ? vr + S * H : nullptr);
+    const Span sp = LiveSpan(mask + (r / K) * S, S);
+    const Span nx = more ? LiveSpan(mask + ((r + 1) / K) * S, S) : Span{0, 0};
+    Scores<H>(q + r * G * H, G, kr, S, sp, x, more ? kr + H * S : nullptr,
+              more ? vr + S * H : nullptr, nx);
     const bool* mr = mask + (r / K) * S;
-    for (int64_t g = 0; g < G; ++g) inv[g] = Softmax(x + g * Stride(S), mr, S, scale);
-    AllValues<H>(x, G, vr, S, inv, out + r * G * H);
+    for (int64_t g = 0; g < G; ++g) inv[g] = Softmax(x + g * Stride(S), mr, sp.lo, sp.hi, scale);
+    AllValues<H>(x, G, vr, S, sp, inv, out + r * G * H);
   }
 }
 

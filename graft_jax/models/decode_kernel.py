@@ -14,6 +14,10 @@ kernel it touches lines the pass reads next):
 
 over the cache's own layout (keys B x K x H x S, values B x K x S x H), for
 head_dim 32, 64, 128 or 256 and any number of query heads per kv head, f32.
+Each row reads only its live span, from its first live slot to its last: the
+softmax weight of every slot outside it is exactly 0, so the sums are the same,
+and a decode step's window of the cache (`graft_jax.rollout.sampler`) holds
+the left padding and the slots later steps will fill, which it then skips.
 
 It is an XLA FFI custom call. The source ships with the package and is compiled
 at first use with the host's C++ compiler, for the best instruction set the

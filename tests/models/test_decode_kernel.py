@@ -126,6 +126,35 @@ def test_any_shape_matches_float64(isa, seed, b, k, g, h, s):
   check(*operands(seed, b, k, g, h, s), isa=isa)
 
 
+@EACH_ISA
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2 ** 31 - 1), st.integers(1, 5), st.integers(1, 2), st.integers(1, 5),
+       st.sampled_from(decode_kernel.HEAD_DIMS), st.integers(1, 90))
+def test_slots_outside_each_rows_live_span_are_not_read(isa, seed, b, k, g, h, s):
+  """Each row sees slots [a, c) (the sampler's rows: left padding, then the slots
+  filled so far). Keys and values before a (rounded down to 16, the widest vector)
+  and from c on are NaN: the kernel does not read them, so its output is finite
+  and matches float64 attention over the live slots; the write still lands."""
+  q, kc, vc, kn, vn, _, _ = operands(seed, b, k, g, h, s)
+  rng = np.random.default_rng(seed + 1)
+  mask = np.zeros((b, s), bool)
+  clean_k, clean_v = kc.copy(), vc.copy()
+  for row in range(b):
+    a = int(rng.integers(0, s))
+    c = int(rng.integers(a + 1, s + 1))
+    mask[row, a:c] = True
+    dead = np.ones(s, bool)
+    dead[a // 16 * 16:c] = False
+    kc[row][..., dead] = np.nan
+    vc[row][:, dead] = np.nan
+  slot = int(rng.integers(0, s))
+  out, k_out, v_out = run_kernel(q, kc, vc, kn, vn, slot, mask, isa)
+  np.testing.assert_array_equal(k_out, written(kc, vc, kn, vn, slot)[0])
+  np.testing.assert_array_equal(v_out, written(kc, vc, kn, vn, slot)[1])
+  k_ref, v_ref = written(clean_k, clean_v, kn, vn, slot)
+  np.testing.assert_allclose(out, reference(q, k_ref, v_ref, mask), rtol=1e-5, atol=1e-5)
+
+
 def test_applies_says_why_not():
   f32 = jnp.zeros((2, 1, 2, 32), jnp.float32)
   assert "float32" in decode_kernel.applies(f32.astype(jnp.bfloat16), f32, f32)
