@@ -3,6 +3,7 @@ forcing, the RolloutBatch layout, seeding, weight sync, the probe check and kill
 
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -162,33 +163,63 @@ def _child_of(pid: int) -> int:
   raise AssertionError(f"no child of {pid}")
 
 
+def _connections_to(port: int) -> int:
+  """Established TCP connections whose far end is `port` (the clients' side)."""
+  with open("/proc/net/tcp") as f:
+    rows = [line.split() for line in f.readlines()[1:]]
+  return sum(int(r[2].split(":")[1], 16) == port and r[3] == "01" for r in rows)
+
+
+def _signal(pid: int, sig) -> None:
+  try:
+    os.kill(pid, sig)
+  except ProcessLookupError:
+    pass
+
+
 def test_kill_9_mid_rollout_restarts_and_completes(vllm_pair, monkeypatch):
   """The API server dies while the rollout's requests run; the call restarts it and retries.
 
-  The kill comes from the engine's own first health poll, which runs only while requests
-  are pending (50 ms after they were sent), so the server dies mid-rollout whatever vLLM's
-  metrics say: 8 prompts x 16 samples x 200 tokens (EOS ignored) cannot finish before it.
-  Waiting for vLLM's request gauges instead failed in the full suite, where no poll saw
-  them above 0."""
+  The server's engine processes are stopped (SIGSTOP) before the requests go out, so no
+  token is generated until the kill: the rollout is unfinished when it comes, however late
+  the engine's first health poll runs. That poll (50 ms after the requests were sent, and
+  only while some are pending) waits until all 8 requests hold a connection to the server,
+  kills the API server, then lets the engine processes go on so the watchdog can clear the
+  group. Without the stop, a poll delayed past the rollout's end (the full suite once saw
+  one) killed a server that had already answered."""
   engine, model, tok = vllm_pair["a"]
   prompts = [tok.encode(f"Say {c}.") for c in "abcdefgh"]
   params = SamplingParams(max_new_tokens=200, seed=21)
   engine.generate(prompts[:1], 1, params)  # a server that has served once
   restarts, old_pgid = engine.restarts, engine.sidecar.pgid()
   sidecar, healthy = engine.sidecar, engine.sidecar.healthy
+  api_server = _child_of(old_pgid)
+  engine_procs = [p for p in group_members(old_pgid) if p not in (old_pgid, api_server)]
   killed = []
 
   def kill_once_running(timeout):
     del timeout  # the poll is fast here; a busy server still gets the usual time to answer
     if not killed:
-      os.kill(_child_of(old_pgid), signal.SIGKILL)  # the API server, not the watchdog
+      deadline = time.monotonic() + 30
+      while _connections_to(sidecar.port) < len(prompts) and time.monotonic() < deadline:
+        time.sleep(0.01)
+      assert _connections_to(sidecar.port) >= len(prompts), "the requests never reached vLLM"
+      os.kill(api_server, signal.SIGKILL)  # the API server, not the watchdog
+      for p in engine_procs:
+        _signal(p, signal.SIGCONT)
       killed.append(True)
     return healthy(timeout=5.0)
 
   monkeypatch.setattr(engine, "health_every_s", 0.05)
   monkeypatch.setattr(sidecar, "healthy", kill_once_running)
-  batch = engine.generate(prompts, 16, params)
-  monkeypatch.undo()
+  for p in engine_procs:
+    _signal(p, signal.SIGSTOP)
+  try:
+    batch = engine.generate(prompts, 16, params)
+  finally:
+    for p in engine_procs:
+      _signal(p, signal.SIGCONT)
+    monkeypatch.undo()
   assert killed, "the rollout finished before the engine's first health poll"
   assert engine.restarts == restarts + 1 and engine.sidecar.pgid() != old_pgid
   assert not group_members(old_pgid)
