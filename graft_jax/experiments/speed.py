@@ -81,7 +81,8 @@ def write_bench_model(folder, *, seed: int = 0, vocab_size: int = 1024):
 
 
 def grpo_config(max_prompt_len: int, *, new_tokens: int = 64, prompts: int = 16, n: int = 8,
-                micro_batch_tokens: int = 1024, skip_silent_rows: bool = False):
+                micro_batch_tokens: int = 1024, skip_silent_rows: bool = False,
+                update_streams: int = 1, sampler_streams: int = 0):
   """The benchmark's GRPO run: one update per step, fp32, the paper's clip and AdamW.
 
   The gradient is accumulated over micro-batches of ``micro_batch_tokens``
@@ -89,11 +90,14 @@ def grpo_config(max_prompt_len: int, *, new_tokens: int = 64, prompts: int = 16,
   smaller working set runs faster than the whole minibatch (BENCHMARKS.md).
   Every row runs (``skip_silent_rows`` off): the random model earns no reward, so
   every group is silent and skipping would leave no update to compare with TRL's.
+  ``update_streams`` and ``sampler_streams`` are the config's ``update_streams`` and
+  ``rollout.streams`` (0: the sampler's default).
   """
   return config_lib.from_config_dict(dict(
       method="grpo", prompts_per_step=prompts, n=n, num_minibatches=1, ppo_epochs=1,
       max_prompt_len=max_prompt_len, max_response_len=new_tokens, dtype="float32",
       micro_batch_tokens=micro_batch_tokens, skip_silent_rows=skip_silent_rows,
+      update_streams=update_streams, rollout=dict(streams=sampler_streams),
       optimizer=dict(lr=1e-6),
       data=dict(prompt_suffix=SUFFIX)))
 
@@ -113,7 +117,8 @@ class JaxSide:
     longest = max(len(tok.encode(p.problem + SUFFIX, add_special_tokens=False)) for p in problems)
     cfg = grpo_config(longest, **kw)
     model, _ = load_hf(folder)
-    return cls(cfg, make_policy("jax", model, tok, cfg.optimizer, SUFFIX), problems)
+    return cls(cfg, make_policy("jax", model, tok, cfg.optimizer, SUFFIX,
+                                  sampler_streams=cfg.rollout.streams), problems)
 
   def step(self, index: int) -> dict:
     """Step ``index`` on problems [index * G, (index + 1) * G): seconds per phase."""

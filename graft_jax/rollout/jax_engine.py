@@ -4,7 +4,19 @@ Shapes are bucketed (prompt count, prompt length, new-token budget), so a run
 compiles a handful of programs and then reuses them; `set_weights` only swaps
 the parameter state, which never recompiles. Under a KV-cache byte budget the
 prompts decode in equal chunks that fit it (`graft_jax.rollout.kv_budget`),
-sampling exactly what one call over all of them would.
+each row drawing the random numbers it would draw in one call over all of
+them. A smaller call's products round differently, so now and then a row
+takes another token: 1 row of 512 did, at its 117th token, when the speed
+benchmark's 64 prompts x 8 x 128 tokens ran as four calls instead of one.
+
+On a CPU the prompts also decode in several calls that run side by side
+(`streams`, each from its own host thread). One decode step is a chain of
+small operations, many of which XLA runs on one core, so a lone call leaves
+the other cores waiting in those; calls side by side fill the gaps. On the
+speed benchmark's 64 prompts x 8 x 128 tokens on 2 cores, four calls of 16
+prompts took 2.28 s where one call of 64 took 2.77 s (BENCHMARKS.md). The
+calls side by side give bit for bit what the same calls give one after
+another.
 
 Under a mesh the prompts, and so every decode row and its KV cache, are split
 over the batch axes (data x fsdp, `graft_jax.sharding.batch_sharding`): each
@@ -16,6 +28,7 @@ responses are gathered back (`to_host`).
 
 from __future__ import annotations
 
+import concurrent.futures
 from typing import Sequence
 
 import jax
@@ -41,14 +54,19 @@ class JaxSamplerEngine:
     state_sharding: optional pytree of shardings to place the weights with.
     mesh: optional mesh whose batch axes split the prompts (`max_kv_bytes` is then
       per device); over several devices the decode step keeps XLA's attention.
-    max_kv_bytes: KV-cache bytes one compiled call may hold (None: the model's
-      `kv_cache_bytes` memory option; 0: no limit).
+    max_kv_bytes: KV-cache bytes one call may hold, and the calls in flight together
+      (None: the model's `kv_cache_bytes` memory option; 0: no limit).
+    streams: up to how many calls, of a power of two of prompts each, run side by
+      side, each from its own host thread (None: `default_streams()`); a call keeps
+      at least `min_stream_rows` rows. Without a mesh only: a sharded call already
+      spreads its rows over the devices.
   """
 
   def __init__(self, model, *, eos_ids: int | Sequence[int], pad_id: int,
                min_prompt_bucket: int = 16, min_new_bucket: int = 16,
                min_batch_bucket: int = 1, cache_dtype=None, state_sharding=None,
-               max_kv_bytes: int | None = None, mesh=None):
+               max_kv_bytes: int | None = None, mesh=None, streams: int | None = None,
+               min_stream_rows: int = 64):
     self.eos_ids = tuple(int(e) for e in np.atleast_1d(eos_ids))
     if not self.eos_ids:
       raise ValueError("JaxSamplerEngine needs at least one EOS id")
@@ -66,6 +84,13 @@ class JaxSamplerEngine:
     self.model_cfg = model.cfg
     self.kv_itemsize = jnp.dtype(cache_dtype or model.dtype).itemsize
     self.max_kv_bytes = int(model.kv_cache_bytes if max_kv_bytes is None else max_kv_bytes)
+    self.streams = default_streams() if streams is None else int(streams)
+    if self.streams < 1:
+      raise ValueError(f"JaxSamplerEngine: streams must be >= 1, got {self.streams}")
+    if mesh is not None:
+      self.streams = 1
+    self.min_stream_rows = int(min_stream_rows)
+    self._compiled = set()  # call shapes this engine has run once already
     self.set_weights(model)
 
   def set_weights(self, model) -> None:
@@ -111,8 +136,13 @@ class JaxSamplerEngine:
     n_bucket = bucket(params.max_new_tokens, self.min_new_bucket)
     per_prompt = kv_bytes_per_prompt(self.model_cfg, n=n, slots=l_bucket + n_bucket,
                                      itemsize=self.kv_itemsize)
-    p_bucket, chunk = call_plan(num, per_prompt, self.max_kv_bytes, row_shards=self.row_shards,
-                                min_bucket=self.min_batch_bucket)
+    streams = max(1, min(self.streams, bucket(num, self.min_batch_bucket) * n
+                         // max(1, self.min_stream_rows)))
+    plan = lambda k: call_plan(num, per_prompt, self.max_kv_bytes, row_shards=self.row_shards,
+                               min_bucket=self.min_batch_bucket, streams=k)
+    p_bucket, chunk = plan(streams)
+    # The calls in flight hold at most the cache of the one call streams = 1 makes.
+    side_by_side = min(streams, plan(1)[1] // chunk)
     ids = np.full((p_bucket, l_bucket), self.pad_id, np.int32)
     mask = np.zeros((p_bucket, l_bucket), bool)
     for i, p in enumerate(prompts):
@@ -120,10 +150,10 @@ class JaxSamplerEngine:
       mask[i, l_bucket - len(p):] = True
     greedy = params.temperature == 0
     valid = np.arange(p_bucket) < num
-    outs = []
-    for start in range(0, num, chunk):  # chunks of only filler prompts are skipped
+
+    def call(start: int):
       part = slice(start, start + chunk)
-      outs.append(generate_padded(
+      out = generate_padded(
           self.graphdef, self.state, *map(self._rows, (ids[part], mask[part], valid[part])),
           jax.random.key(params.seed), jnp.int32(params.max_new_tokens),
           jnp.float32(params.temperature if not greedy else 1.0), jnp.float32(params.top_p),
@@ -131,7 +161,21 @@ class JaxSamplerEngine:
           pad_id=self.pad_id, greedy=greedy,
           top_k=0 if greedy else min(params.top_k, self.vocab_size),
           use_top_p=not greedy and params.top_p < 1.0, cache_dtype=self.cache_dtype,
-          total_rows=p_bucket * n))
+          total_rows=p_bucket * n)
+      return jax.block_until_ready(out) if side_by_side > 1 else out
+
+    starts = list(range(0, num, chunk))  # chunks of only filler prompts are skipped
+    side_by_side = min(side_by_side, len(starts))
+    shape = (chunk, l_bucket, n, n_bucket, greedy, params.top_k, params.top_p < 1.0)
+    outs = []
+    if side_by_side > 1 and shape not in self._compiled:
+      outs.append(call(starts.pop(0)))  # compiles once, before the threads would race to
+    self._compiled.add(shape)
+    if side_by_side > 1 and starts:
+      with concurrent.futures.ThreadPoolExecutor(side_by_side) as pool:
+        outs += list(pool.map(call, starts))
+    else:
+      outs += [call(start) for start in starts]
     rows, steps = num * n, params.max_new_tokens
     fetch = jax.device_get if self.mesh is None else lambda t: jax.tree.map(distributed.to_host, t)
     tokens, logp, lengths, finished = (np.concatenate(x) for x in zip(*fetch(
@@ -153,3 +197,11 @@ class JaxSamplerEngine:
       return host
     from graft_jax.sharding import batch_sharding  # pylint: disable=import-outside-toplevel
     return distributed.to_global(host, batch_sharding(self.mesh, ndim=host.ndim))
+
+
+def default_streams() -> int:
+  """Calls side by side when none is asked for: up to 4 on a CPU, else 1 (on an
+  accelerator one call's operations already fill the device). On 2 cores, 512 rows
+  ran fastest as 4 calls of 128 (of 1, 2, 4 and 8 calls) and 128 rows as 2 calls of
+  64 (of 1, 2 and 4): hence at most 4 calls and `min_stream_rows` = 64 (BENCHMARKS.md)."""
+  return 4 if jax.default_backend() == "cpu" else 1

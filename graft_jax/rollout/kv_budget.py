@@ -50,7 +50,7 @@ def prompts_per_chunk(num_prompts: int, per_prompt: int, budget: int) -> int:
 
 
 def call_plan(num_prompts: int, per_prompt: int, budget: int, *, row_shards: int = 1,
-              min_bucket: int = 1) -> tuple[int, int]:
+              min_bucket: int = 1, streams: int = 1) -> tuple[int, int]:
   """(prompt bucket, prompts per compiled call) of one sampler call of ``num_prompts``.
 
   The bucket is the next power of two >= num_prompts (and >= min_bucket and
@@ -58,11 +58,18 @@ def call_plan(num_prompts: int, per_prompt: int, budget: int, *, row_shards: int
   ``row_shards`` devices each holds ``prompts per call / row_shards`` prompts' caches,
   so ``budget`` is per device. A call is at least one prompt per device; the bucket
   grows to a multiple of it (only where row_shards is not a power of two).
+  With ``streams`` > 1 the bucket is split into at least that many calls (of a
+  power of two of prompts each), to run side by side; the caller runs at most
+  as many at once as fit in the one call ``streams`` = 1 would make, so the calls
+  in flight hold no more cache than it does.
   """
   if budget > 0:
     prompts_per_chunk(1, per_prompt, budget)  # raises when one prompt exceeds a device's budget
   p_bucket = bucket(num_prompts, max(min_bucket, row_shards))
   p_bucket = -(-p_bucket // row_shards) * row_shards
   chunk = prompts_per_chunk(p_bucket, per_prompt, budget * row_shards)
+  split = max(1, p_bucket // max(1, streams))
+  chunk = min(chunk, 1 << (split.bit_length() - 1))  # a power of two
   chunk = max(row_shards, chunk // row_shards * row_shards)
   return -(-p_bucket // chunk) * chunk, chunk
+

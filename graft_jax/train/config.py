@@ -74,6 +74,9 @@ class RolloutConfig:
   # JAX sampler: bytes its KV cache may take per call; prompts decode in chunks that
   # fit (graft_jax.rollout.jax_engine). 0 = every prompt at once.
   max_kv_bytes: int = 0
+  # JAX sampler: up to this many calls side by side, each from its own thread
+  # (graft_jax.rollout.jax_engine). 0 = the engine's default: 4 on a CPU, else 1.
+  streams: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -295,6 +298,11 @@ class TrainConfig:
   # log-probs are then computed for the rows that run only (train.deferred_old_logp).
   # False: every row runs.
   skip_silent_rows: bool = True
+  # Packed micro-batches in this many lanes side by side, each from its own thread
+  # (microbatch.packed_grads). On 2 idle CPU cores 2 lanes ran the speed benchmark's
+  # update 5-8% faster, but slowed the toy job, whose two runs share the cores
+  # (BENCHMARKS.md); 1 = one lane, the default.
+  update_streams: int = 1
   remat: str = 'none'  # per decoder block: 'none' | 'full' | 'dots_saveable' | 'dots_no_batch'
   scan_layers: bool = False  # one compiled block under jax.lax.scan (flat compile time)
   # Forward / prefill attention (graft_jax.models.attention): 'dense' forms the T x T

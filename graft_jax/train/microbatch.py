@@ -21,6 +21,7 @@ and optimizer state leave the step placed exactly as they came in.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 
@@ -241,7 +242,7 @@ def packed_programs(policy, spec):
 
 
 def packed_update(policy, params, opt_state, batch: dict, update_index, spec, *,
-                  micro_batch_tokens: int, skip_silent: bool = False):
+                  micro_batch_tokens: int, skip_silent: bool = False, streams: int = 1):
   """One optimizer step over micro-batches packed by length
   (``graft_jax.train.length_packing``): the fp32 gradient is accumulated over them
   (`packed_grads`), then one optimizer step runs (also when every row is silent:
@@ -253,13 +254,14 @@ def packed_update(policy, params, opt_state, batch: dict, update_index, spec, *,
       params = jax.device_put(params, policy.param_sharding)
       opt_state = jax.device_put(opt_state, policy.opt_sharding)
     grads, metrics = packed_grads(policy, params, batch, update_index, spec,
-                                  micro_batch_tokens=micro_batch_tokens, skip_silent=skip_silent)
+                                  micro_batch_tokens=micro_batch_tokens, skip_silent=skip_silent,
+                                  streams=streams)
     params, opt_state, grad_norm = packed_programs(policy, spec)[1](params, opt_state, grads)
   return params, opt_state, dict(metrics, grad_norm=grad_norm)
 
 
 def packed_grads(policy, params, batch: dict, update_index, spec, *, micro_batch_tokens: int,
-                 skip_silent: bool = False):
+                 skip_silent: bool = False, streams: int = 1):
   """(fp32 gradient of the minibatch's loss, its metrics), summed over micro-batches
   packed by length; each divides its sums by the whole minibatch's counts, so the sum
   is the unsplit gradient. The micro-batches of each shape (R, L) run in one call of
@@ -271,6 +273,15 @@ def packed_grads(policy, params, batch: dict, update_index, spec, *, micro_batch
   sampler gap) are then over the rows that ran. ``silent_rows`` counts the rows left
   out and ``rows_run`` those that ran; with none to run, no micro-batch runs (the
   fractions read 0 beside ``rows_run`` = 0) and the gradient is zero.
+
+  With ``streams`` > 1 (and no mesh) each shape's micro-batches are cut into up to
+  that many runs of the plan, and lane j takes the j-th run of every shape: the
+  lanes run side by side, each from its own host thread into its own fp32
+  accumulator, through the same programs (the stack keeps its ``ceil(B / R)``
+  slots), and the accumulators are then added in lane order. On a CPU this keeps
+  the cores busy while one lane runs operations XLA gives a single core. The sum
+  is the same gradient added in another order, so it differs from one lane's by
+  rounding only; it is the same for the same ``streams`` on every run.
   """
   mesh = policy.mesh
   shards = batch_shards(mesh) if mesh is not None else 1
@@ -293,23 +304,43 @@ def packed_grads(policy, params, batch: dict, update_index, spec, *, micro_batch
   grad_fn = packed_programs(policy, spec)[0]
   # On the parameters' placement; without a mesh left uncommitted like them, so the
   # programs' outputs keep the placement the sampler and the next step compiled for.
-  acc = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32,
-                                         device=p.sharding if mesh is not None else None), params)
-  metrics_S = []
+  zeros = lambda: jax.tree.map(lambda p: jnp.zeros(
+      p.shape, jnp.float32, device=p.sharding if mesh is not None else None), params)
+  lanes = [[] for _ in range(streams if mesh is None else 1)]
   for (rows, length), entries in length_packing.by_shape(plan):
-    stack = length_packing.stack_micro_batches(batch, entries, rows, length, slots=-(-b // rows))
-    count = count_of.get((rows, length), len(entries))
-    stack.update({k: np.full(len(stack["ids"]), v, np.float32) for k, v in totals.items()})
-    stack["share"] = np.zeros(len(stack["ids"]), np.float32)
-    stack["share"][:count] = share_M[[i for i, _ in entries]][:count]
-    if mesh is not None:
-      # Each process hands over only the rows its devices hold (graft_jax.distributed).
-      stack = {k: to_global(v, batch_sharding(mesh, ndim=v.ndim, row_dim=1))
-               for k, v in stack.items()}
-    acc, metrics = grad_fn(params, acc, stack, np.int32(count), update_index)
-    metrics_S.append(metrics)
-  metrics = {k: functools.reduce(lambda a, b, k=k: combine_metric(k, a, b, 1.0),
-                                [m[k] for m in metrics_S]) for k in metrics_S[0]}
+    count = count_of.get((rows, length))
+    cut = np.linspace(0, len(entries), min(len(lanes), len(entries)) + 1).round().astype(int)
+    for lane, (a, z) in zip(lanes, zip(cut[:-1], cut[1:])):
+      part = entries[a:z]  # of equal size, each a run of the plan
+      stack = length_packing.stack_micro_batches(batch, part, rows, length,
+                                                 slots=-(-b // rows))
+      stack.update({k: np.full(len(stack["ids"]), v, np.float32) for k, v in totals.items()})
+      stack["share"] = np.zeros(len(stack["ids"]), np.float32)
+      stack["share"][:len(part)] = share_M[[i for i, _ in part]]
+      if mesh is not None:
+        # Each process hands over only the rows its devices hold (graft_jax.distributed).
+        stack = {k: to_global(v, batch_sharding(mesh, ndim=v.ndim, row_dim=1))
+                 for k, v in stack.items()}
+      lane.append((stack, np.int32(len(part) if count is None else count)))
+
+  def run(lane):
+    """(this lane's summed gradient, its metrics combined over its calls; None if it has none)."""
+    acc, metrics_S = zeros(), []
+    for stack, count in lane:
+      acc, metrics = grad_fn(params, acc, stack, count, update_index)
+      metrics_S.append(metrics)
+    return acc, (combined(metrics_S) if metrics_S else None)
+
+  if len(lanes) == 1:
+    acc, metrics = run(lanes[0])
+  else:  # each lane from its own thread, into its own accumulator; then their sum
+    with concurrent.futures.ThreadPoolExecutor(len(lanes)) as pool:
+      done = list(pool.map(lambda lane: jax.block_until_ready(run(lane)), lanes))
+    some = next(m for _, m in done if m is not None)
+    nothing = {k: np.zeros(np.shape(v), np.float32) for k, v in some.items()}  # an empty lane
+    # Always as many lanes, so one program sums them whichever lanes had work.
+    acc, metrics = _sum_lanes([a for a, _ in done],
+                              [nothing if m is None else m for _, m in done])
   metrics = pooled_gap_mean(metrics)
   metrics.update(silent_rows=np.float32(silent_B.sum()),
                  rows_run=totals["num_rows"] - np.float32(silent_B.sum()))
@@ -317,7 +348,8 @@ def packed_grads(policy, params, batch: dict, update_index, spec, *, micro_batch
 
 
 def update(policy, params, opt_state, batch: dict, update_index, spec, *,
-           micro_batch_tokens: int = 0, pack_by_length: bool = False, skip_silent: bool = False):
+           micro_batch_tokens: int = 0, pack_by_length: bool = False, skip_silent: bool = False,
+           streams: int = 1):
   """One optimizer step on a host minibatch; ``params`` and ``opt_state`` are donated.
 
   Without a mesh and with the minibatch under the budget this is the plain
@@ -329,6 +361,7 @@ def update(policy, params, opt_state, batch: dict, update_index, spec, *,
   gradient, less work); with packing on it sends a minibatch under the budget
   down the packed path too, so that no silent row ever runs
   (``Method.old_logp_deferred`` relies on it). The unpacked path runs every row.
+  ``streams`` is `packed_grads`'s: lanes of packed micro-batches side by side.
   """
   b, t = batch["ids"].shape
   mesh = policy.mesh
@@ -340,7 +373,8 @@ def update(policy, params, opt_state, batch: dict, update_index, spec, *,
                             graphdef=policy.graphdef, tx=policy.tx, spec=spec)
   if packed:
     return packed_update(policy, params, opt_state, batch, update_index, spec,
-                         micro_batch_tokens=micro_batch_tokens, skip_silent=skip_silent)
+                         micro_batch_tokens=micro_batch_tokens, skip_silent=skip_silent,
+                         streams=streams)
   micro = split_minibatch(batch, rows, by_rows=spec.kind == "hacpo")
   if mesh is not None:
     # Each process hands over only the rows its devices hold (graft_jax.distributed).
@@ -351,3 +385,17 @@ def update(policy, params, opt_state, batch: dict, update_index, spec, *,
     opt_state = jax.device_put(opt_state, policy.opt_sharding)
   with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
     return compiled_update(policy, spec)(params, opt_state, micro, update_index)
+
+
+def combined(metrics_S: list[dict]) -> dict:
+  """The metrics of several `shape_grads` calls over one minibatch as one call's:
+  maxima by maximum, everything else added (fractions are already weighted by share)."""
+  return {k: functools.reduce(lambda a, b, k=k: combine_metric(k, a, b, 1.0),
+                              [m[k] for m in metrics_S]) for k in metrics_S[0]}
+
+
+@jax.jit
+def _sum_lanes(accs, metrics_L):
+  """The lanes' gradients added leafwise in lane order, and their metrics `combined`."""
+  return jax.tree.map(lambda *leaves: functools.reduce(jnp.add, leaves), *accs), \
+      combined(metrics_L)

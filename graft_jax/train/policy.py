@@ -76,7 +76,7 @@ class Policy:
 
 
 def make_policy(name: str, model, tokenizer, opt_cfg, prompt_suffix: str, *,
-                keep_reference: bool = False, mesh=None) -> Policy:
+                keep_reference: bool = False, mesh=None, sampler_streams: int = 0) -> Policy:
   """Wraps a loaded decoder: optimizer state, a JAX sampler engine, optional frozen reference.
 
   With a ``mesh``, the parameters are placed by their logical axes
@@ -84,6 +84,7 @@ def make_policy(name: str, model, tokenizer, opt_cfg, prompt_suffix: str, *,
   same way (its moments by their parameters' axes, step counts replicated):
   ``tx.init`` runs under the mesh with explicit ``out_shardings``, so no
   state ever sits whole on one device. The compiled update keeps both.
+  ``sampler_streams`` is the engine's ``streams`` (0: its default).
   """
   tx = make_optimizer(opt_cfg)
   param_sharding = opt_sharding = None
@@ -97,7 +98,8 @@ def make_policy(name: str, model, tokenizer, opt_cfg, prompt_suffix: str, *,
     with jax.set_mesh(mesh):
       opt_state = jax.jit(tx.init, out_shardings=opt_sharding)(params)
   engine = JaxSamplerEngine(model, eos_ids=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                            state_sharding=param_sharding, mesh=mesh)
+                            state_sharding=param_sharding, mesh=mesh,
+                            streams=sampler_streams or None)
   ref = jax.tree.map(np.asarray, params) if keep_reference else None
   return Policy(name, graphdef, params, opt_state, tx, tokenizer, engine, prompt_suffix, ref, mesh,
                 param_sharding, opt_sharding)

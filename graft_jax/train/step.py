@@ -62,7 +62,8 @@ def run_updates(policy, rows, g: int, cfg, key, method=None) -> dict:
                                                np.int32(len(per_update)), spec,
                                                micro_batch_tokens=cfg.micro_batch_tokens,
                                                pack_by_length=cfg.pack_by_length,
-                                               skip_silent=cfg.skip_silent_rows)
+                                               skip_silent=cfg.skip_silent_rows,
+                                               streams=cfg.update_streams)
       per_update.append(m)  # read once at the end: packing the next minibatch overlaps this one
   policy.set_params(params, opt_state)
   updates, sums, ran = len(per_update), {}, 0

@@ -2,6 +2,7 @@
 fixed set of shapes; the packed update equals the unsplit one (fp32, 1e-6) and a new
 mix of lengths compiles nothing new."""
 
+import threading
 import types
 
 import jax
@@ -257,3 +258,60 @@ def test_other_silent_rows_compile_nothing_new():
   for m, groups in zip(metrics, silent):  # row 14 (group 3) is dropped: not counted
     assert float(m["silent_rows"]) == sum(r != 14 for r in range(16) if r // 4 in groups)
   assert counts == counts[:1] * len(silent)
+
+
+class _ThreadRecorder:
+  """Wraps a program: the threads that called it."""
+
+  def __init__(self, fn):
+    self.fn, self.threads = fn, set()
+
+  def __call__(self, *args):
+    self.threads.add(threading.get_ident())
+    return self.fn(*args)
+
+
+def test_lanes_side_by_side_give_the_unsplit_gradient_and_the_same_each_run():
+  rng = np.random.default_rng(7)
+  spec = LossSpec()
+  graphdef, params = nnx.split(_model())
+  rows = graft_rows(rng, False, max_response=150)
+  batch = pack_minibatch(rows, np.arange(len(rows)), pad_id=0)
+  (want_loss, want_m), want = jax.jit(lambda p, b: jax.value_and_grad(loss_fn, has_aux=True)(
+      p, b, graphdef, spec, 1))(params, to_device_batch(batch))
+  plan = length_packing.plan_micro_batches(batch["attn"].sum(1), batch["ids"].shape[1], 256)
+  assert max(len(e) for _, e in length_packing.by_shape(plan)) >= 3  # a shape to cut 3 ways
+  policy = _policy(graphdef, None)
+  one, m1 = microbatch.packed_grads(policy, params, batch, 1, spec, micro_batch_tokens=256)
+  grad_fn, apply_fn = microbatch.packed_programs(policy, spec)
+  recorder = _ThreadRecorder(grad_fn)
+  policy.compiled[("packed", spec)] = (recorder, apply_fn)
+  runs = [microbatch.packed_grads(policy, params, batch, 1, spec, micro_batch_tokens=256,
+                                  streams=3) for _ in range(2)]
+  assert len(recorder.threads) == 3
+  (got, metrics), (again, _) = runs
+  scale = max(float(np.abs(w).max()) for w in jax.tree.leaves(want))
+  assert scale > 1e-4
+  for g, a, w, o in zip(*map(jax.tree.leaves, (got, again, want, one))):
+    np.testing.assert_array_equal(np.asarray(g), np.asarray(a))  # the same every run
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=0, atol=1e-6 * scale)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(o), rtol=0, atol=1e-6 * scale)
+  np.testing.assert_allclose(float(metrics["loss"]), float(want_loss), rtol=1e-5)
+  for k in m1:  # fractions weighted by share, sums and counts: the same in another order
+    np.testing.assert_allclose(float(metrics[k]), float(m1[k]), rtol=1e-5, atol=1e-7,
+                               err_msg=k)
+  assert float(metrics["ratio_mean"]) == pytest.approx(float(want_m["ratio_mean"]), rel=1e-5)
+
+
+def test_lanes_of_silent_rows_run_nothing_and_new_lengths_compile_nothing_new():
+  graphdef, params = nnx.split(_model())
+  rows = _silence(graft_rows(np.random.default_rng(4)), groups=(0, 1, 2, 3))
+  batch = pack_minibatch(rows, np.arange(len(rows)), pad_id=0)
+  got, metrics = microbatch.packed_grads(_policy(graphdef, None), params, batch, 1, LossSpec(),
+                                         micro_batch_tokens=96, skip_silent=True, streams=2)
+  assert all(not np.asarray(g).any() for g in jax.tree.leaves(got))
+  assert float(metrics["rows_run"]) == 0
+  batches = [pack_minibatch(rows, np.arange(len(rows)), pad_id=0)
+             for rows in (graft_rows(np.random.default_rng(seed)) for seed in range(3))]
+  _, counts = _updates_and_compiles(batches, streams=2)
+  assert counts == counts[:1] * 3
