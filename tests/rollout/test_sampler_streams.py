@@ -30,20 +30,22 @@ PARAMS = SamplingParams(max_new_tokens=12, temperature=1.0, seed=3)
 
 class _Recorder:
   """Wraps `generate_padded` as the engine calls it: the threads it ran on, and the
-  most calls that were inside it at once. Each call stays inside until a second
-  call is in too, or 0.5 s has passed: calls side by side always overlap, and calls
-  in turn never do."""
+  most calls that were inside it at once. A call counts as inside from its entry;
+  after its program it stays until a second call is in too, or 0.5 s has passed:
+  calls side by side always overlap (the other thread need only have entered),
+  and calls in turn never do."""
 
   def __init__(self):
     self.cond, self.inside, self.most, self.threads = threading.Condition(), 0, 0, set()
 
   def __call__(self, *args, **kwargs):
-    out = generate_padded(*args, **kwargs)
     with self.cond:
       self.inside += 1
       self.most = max(self.most, self.inside)
       self.threads.add(threading.get_ident())
       self.cond.notify_all()
+    out = generate_padded(*args, **kwargs)
+    with self.cond:
       self.cond.wait_for(lambda: self.inside >= 2, timeout=0.5)
       self.inside -= 1
     return out
