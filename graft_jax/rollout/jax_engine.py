@@ -153,7 +153,7 @@ class JaxSamplerEngine:
 
     def call(start: int):
       part = slice(start, start + chunk)
-      out = generate_padded(
+      return generate_padded(
           self.graphdef, self.state, *map(self._rows, (ids[part], mask[part], valid[part])),
           jax.random.key(params.seed), jnp.int32(params.max_new_tokens),
           jnp.float32(params.temperature if not greedy else 1.0), jnp.float32(params.top_p),
@@ -162,18 +162,19 @@ class JaxSamplerEngine:
           top_k=0 if greedy else min(params.top_k, self.vocab_size),
           use_top_p=not greedy and params.top_p < 1.0, cache_dtype=self.cache_dtype,
           total_rows=p_bucket * n)
-      return jax.block_until_ready(out) if side_by_side > 1 else out
 
     starts = list(range(0, num, chunk))  # chunks of only filler prompts are skipped
     side_by_side = min(side_by_side, len(starts))
     shape = (chunk, l_bucket, n, n_bucket, greedy, params.top_k, params.top_p < 1.0)
     outs = []
+    # A thread holds its call until the call has run, so the calls run side by side.
+    run_whole = lambda start: jax.block_until_ready(call(start))
     if side_by_side > 1 and shape not in self._compiled:
-      outs.append(call(starts.pop(0)))  # compiles once, before the threads would race to
+      outs.append(run_whole(starts.pop(0)))  # compiles once, before the threads would race to
     self._compiled.add(shape)
     if side_by_side > 1 and starts:
       with concurrent.futures.ThreadPoolExecutor(side_by_side) as pool:
-        outs += list(pool.map(call, starts))
+        outs += list(pool.map(run_whole, starts))
     else:
       outs += [call(start) for start in starts]
     rows, steps = num * n, params.max_new_tokens

@@ -72,4 +72,3 @@ def call_plan(num_prompts: int, per_prompt: int, budget: int, *, row_shards: int
   chunk = min(chunk, 1 << (split.bit_length() - 1))  # a power of two
   chunk = max(row_shards, chunk // row_shards * row_shards)
   return -(-p_bucket // chunk) * chunk, chunk
-

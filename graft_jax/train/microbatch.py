@@ -311,7 +311,7 @@ def packed_grads(policy, params, batch: dict, update_index, spec, *, micro_batch
     count = count_of.get((rows, length))
     cut = np.linspace(0, len(entries), min(len(lanes), len(entries)) + 1).round().astype(int)
     for lane, (a, z) in zip(lanes, zip(cut[:-1], cut[1:])):
-      part = entries[a:z]  # of equal size, each a run of the plan
+      part = entries[a:z]  # sizes differ by at most one; each a run of the plan
       stack = length_packing.stack_micro_batches(batch, part, rows, length,
                                                  slots=-(-b // rows))
       stack.update({k: np.full(len(stack["ids"]), v, np.float32) for k, v in totals.items()})

@@ -104,17 +104,14 @@ def test_calls_in_flight_hold_no_more_than_the_budgets_one_call(monkeypatch):
   assert rec.most == 1 and len(rec.threads) == 1
 
 
-def test_calls_keep_min_stream_rows():
+def test_calls_keep_min_stream_rows(monkeypatch):
   # 11 prompts x 2 = a bucket of 32 rows: at most 32 // 16 = 2 calls of 16 rows.
   model = init_model(CFG, rngs=nnx.Rngs(5))
   engine = JaxSamplerEngine(model, eos_ids=EOS, pad_id=PAD, streams=4, min_stream_rows=16)
   calls = []
-  original = jax_engine.generate_padded
-  try:
-    jax_engine.generate_padded = lambda *a, **k: calls.append(a[2].shape) or original(*a, **k)
-    engine.generate(PROMPTS, N, PARAMS)
-  finally:
-    jax_engine.generate_padded = original
+  monkeypatch.setattr(jax_engine, "generate_padded",
+                      lambda *a, **k: calls.append(a[2].shape) or generate_padded(*a, **k))
+  engine.generate(PROMPTS, N, PARAMS)
   assert calls == [(8, 16), (8, 16)]
 
 
