@@ -34,8 +34,10 @@ vllm-venv: $(VLLM_STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/python launch/toy_job.py
 
+# Two pytest-xdist workers, each test file (or the files sharing the vLLM servers)
+# in one of them: tests/conftest.py.
 test: $(STAMP) $(VLLM_STAMP)
-	$(VENV)/bin/python -m pytest tests
+	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup tests
 
 clean-venv:
 	rm -rf $(VENV) $(VLLM_VENV)

@@ -1,4 +1,5 @@
-"""Suite-wide pytest set-up: the hypothesis profile (reproducible on CI, random locally).
+"""Suite-wide pytest set-up: the hypothesis profile (reproducible on CI, random locally),
+and the groups that `make test`'s two pytest-xdist workers share out.
 
 With the `CI` environment variable set (to anything but "", "0", "false" or
 "no"), property tests run under the "ci" profile: examples are derived from
@@ -8,11 +9,21 @@ or written, so every CI run of a commit draws the same examples. Elsewhere the
 `.hypothesis/`, so new cases keep being found. `HYPOTHESIS_PROFILE=ci` (or
 `dev`) picks one explicitly. Neither profile has a deadline or the too-slow
 health check: tests never depend on wall time.
+
+Under ``--dist loadgroup`` (`make test`) each test file is one group, so a
+worker runs all of a file and its module fixtures are built once; files whose
+tests share a session fixture that starts servers (``SHARED_SESSION_FIXTURES``)
+form one group, so those servers start once in one worker.
 """
 
 import os
+import pathlib
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+# Session fixtures that start real servers: the files that use them run in one worker.
+SHARED_SESSION_FIXTURES = ("vllm_pair",)
 
 # Both derive from hypothesis's own defaults, not from whichever profile it
 # loaded on import (it loads a built-in "ci" whenever `CI` exists, even empty).
@@ -39,3 +50,18 @@ def pytest_report_header(config):
   current = settings.default
   return (f"hypothesis profile: {settings.get_current_profile_name()} "
           f"(derandomize={current.derandomize}, database={current.database!r})")
+
+
+def pytest_collection_modifyitems(config, items):
+  """An ``xdist_group`` per test file, or the shared fixture's name for every file in
+  which a test uses one of ``SHARED_SESSION_FIXTURES``."""
+  del config
+  group_of = {}
+  for item in items:
+    path = pathlib.Path(str(item.fspath))
+    shared = [f for f in SHARED_SESSION_FIXTURES if f in getattr(item, "fixturenames", ())]
+    if shared:
+      group_of[path] = shared[0]
+    group_of.setdefault(path, str(path))
+  for item in items:
+    item.add_marker(pytest.mark.xdist_group(group_of[pathlib.Path(str(item.fspath))]))
