@@ -16,12 +16,14 @@ the step; last, each side-by-side goal (step at most 0.5x TRL's, the sampler
 at least 3x transformers, the update at least 50% of the ceiling) and whether
 this run met it. graft_jax's update takes the settings of one run on an
 otherwise idle CPU: micro-batches of 640 tokens (8 rows of 80, whose 640 x 768
-activations fit a core's 2 MiB L2) in two lanes side by side, one per core
-(the config's ``micro_batch_tokens`` and ``update_streams``; BENCHMARKS.md
-also has the step with 1,024 tokens in one lane). Needs the `bench` extra
-(trl, torch); vLLM runs when .venv-vllm exists. Compare on an idle machine
-only: torch's threads degrade far more than XLA's under load (the load
-average is printed).
+activations fit a core's 2 MiB L2 on the Xeon where it was chosen; on an
+AVX2 EPYC with 1 MiB of L2, 320 to 1,024 tokens in two lanes are within the
+noise) in two lanes side by side, one per core (the config's
+``micro_batch_tokens`` and ``update_streams``; BENCHMARKS.md also has the step
+with 1,024 tokens in one lane; launch/bench_update_settings.py compares them).
+Needs the `bench` extra (trl, torch); vLLM runs when .venv-vllm exists.
+Compare on an idle machine only: torch's threads degrade far more than XLA's
+under load (the load average is printed).
 """
 
 import argparse
