@@ -12,14 +12,12 @@ wall times, valid on an idle machine only (the load average is printed).
 """
 
 import argparse
+import os
 import pathlib
 import statistics
 import subprocess
 import sys
 import tempfile
-
-load = lambda: open("/proc/loadavg").read().split()[0]
-
 
 def one(lanes: int, tokens: int, steps: int) -> None:
   """Runs one setting in this process and prints `update_s step_s` on the last line."""
@@ -53,7 +51,8 @@ def main():
     lanes, tokens = (int(v) for v in args.one.split(":"))
     return one(lanes, tokens, args.steps)
   print("command:", " ".join([".venv/bin/python"] + sys.argv))
-  print(f"load average {load()}" + ("  WARNING: not idle" if float(load()) > 0.5 else ""))
+  load = os.getloadavg()[0]
+  print(f"load average {load:.2f}" + ("  WARNING: not idle" if load > 0.5 else ""))
   times = {s: [] for s in settings}
   for r in range(args.rounds):
     for lanes, tokens in settings:
@@ -63,7 +62,7 @@ def main():
       times[(lanes, tokens)].append((update_s, step_s))
       print(f"round {r + 1}: {lanes} lane(s), {tokens} tokens: update {update_s:.3f} s, "
             f"step {step_s:.3f} s", flush=True)
-  print(f"\nupdate seconds, median of steps 2..{args.steps}; load average at the end {load()}")
+  print(f"\nupdate seconds, median of steps 2..{args.steps}; load average at the end {os.getloadavg()[0]:.2f}")
   print("| lanes, micro-batch tokens | " + " | ".join(f"round {r + 1}" for r in range(args.rounds))
         + " |\n|---|" + "---|" * args.rounds)
   for (lanes, tokens), ts in times.items():

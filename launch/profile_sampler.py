@@ -16,17 +16,12 @@ times, valid on an idle machine only.
 
 import argparse
 import collections
-import glob
-import gzip
-import json
 import pathlib
 import re
 import tempfile
 import time
 
-import jax
-
-from graft_jax.experiments import speed
+from graft_jax.experiments import speed, xla_profile
 from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.rollout import JaxSamplerEngine, SamplingParams
 
@@ -62,12 +57,8 @@ def profile(model, tok, args):
   wall, cpu = time.perf_counter(), time.process_time()
   call(1)
   wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-  with tempfile.TemporaryDirectory() as d:
-    with jax.profiler.trace(d, create_perfetto_trace=True):
-      call(2)
-    events = json.load(gzip.open(glob.glob(f"{d}/**/*.trace.json.gz", recursive=True)[0]))
   seconds, count = collections.Counter(), collections.Counter()
-  for e in events["traceEvents"]:
+  for e in xla_profile.trace_events(lambda: call(2)):
     op = re.sub(r"\.\d+$", "", e.get("name", ""))
     if e.get("ph") == "X" and "dur" in e and not _NOT_OPS.search(op):
       seconds[op] += e["dur"] / 1e6

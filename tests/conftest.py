@@ -17,7 +17,6 @@ form one group, so those servers start once in one worker.
 """
 
 import os
-import pathlib
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -58,10 +57,9 @@ def pytest_collection_modifyitems(config, items):
   del config
   group_of = {}
   for item in items:
-    path = pathlib.Path(str(item.fspath))
     shared = [f for f in SHARED_SESSION_FIXTURES if f in getattr(item, "fixturenames", ())]
     if shared:
-      group_of[path] = shared[0]
-    group_of.setdefault(path, str(path))
+      group_of[item.path] = shared[0]
+    group_of.setdefault(item.path, str(item.path))
   for item in items:
-    item.add_marker(pytest.mark.xdist_group(group_of[pathlib.Path(str(item.fspath))]))
+    item.add_marker(pytest.mark.xdist_group(group_of[item.path]))

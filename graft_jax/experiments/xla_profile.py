@@ -29,17 +29,26 @@ def hlo_sources(hlo_text: str) -> dict[str, str]:
   return {m.group(1): m.group(2) for m in map(_INSTR.match, hlo_text.splitlines()) if m}
 
 
+def trace_events(fn) -> list[dict]:
+  """Calls ``fn()`` under the profiler; the trace's events (Chrome trace format)."""
+  with tempfile.TemporaryDirectory() as d:
+    with jax.profiler.trace(d, create_perfetto_trace=True):
+      fn()
+    return json.load(gzip.open(glob.glob(f"{d}/**/*.trace.json.gz", recursive=True)[0]))[
+        "traceEvents"]
+
+
 def op_seconds(compiled, *args, repeats: int = 2) -> dict[tuple[str, str], float]:
   """{(instruction, op_name): seconds per call} of an AOT-compiled program."""
   sources = hlo_sources(compiled.as_text())
   jax.block_until_ready(compiled(*args))
-  with tempfile.TemporaryDirectory() as d:
-    with jax.profiler.trace(d, create_perfetto_trace=True):
-      for _ in range(repeats):
-        jax.block_until_ready(compiled(*args))
-    events = json.load(gzip.open(glob.glob(f"{d}/**/*.trace.json.gz", recursive=True)[0]))
+
+  def run():
+    for _ in range(repeats):
+      jax.block_until_ready(compiled(*args))
+
   out: dict = collections.Counter()
-  for e in events["traceEvents"]:
+  for e in trace_events(run):
     if e.get("ph") == "X" and e["name"] in sources:
       out[(e["name"], sources[e["name"]])] += e["dur"] / 1e6 / repeats
   return dict(out)
