@@ -11,8 +11,9 @@ tokens/s of the samplers (64 prompts x 8 x 128 new tokens, EOS off, T = 1;
 the JAX sampler also with XLA's decode attention instead of the CPU kernel, and
 running one call at a time instead of its calls side by side),
 alternating; and the floors of this machine (the matmul ceiling and a memory
-read rate measured in the same run: `speed.sampler_floor`) for the sampler and
-the step; last, each side-by-side goal (step at most 0.5x TRL's, the sampler
+read rate measured in the same run, for the sampler again in each round between
+its calls: `speed.sampler_floor`) for the sampler and the step, with each
+sampler's share of the floor's rate and the share 3x transformers needs; last, each side-by-side goal (step at most 0.5x TRL's, the sampler
 at least 3x transformers, the update at least 50% of the ceiling) and whether
 this run met it. graft_jax's update takes the settings of one run on an
 otherwise idle CPU: micro-batches of 640 tokens (8 rows of 80, whose 640 x 768
@@ -90,7 +91,12 @@ def sampler_rows(folder, prompts, args):
   engines = {"JAX sampler": jax_engine, "JAX sampler, XLA decode attention": xla_engine,
              "JAX sampler, one call at a time": one_engine}
   times = {name: [] for name in engines} | {"transformers generate": []}
+  # The floor's two rates are measured again in each round, between the engines' calls:
+  # a VM's matmul rate drifts by a fifth within minutes.
+  ceilings, read_rates = [args.ceiling], [args.read_rate]
   for s in range(args.sampler_repeats):  # alternating
+    ceilings.append(max(speed.matmul_flops_per_s(), bench_peers.torch_matmul_flops_per_s()))
+    read_rates.append(speed.read_bytes_per_s())
     for name, engine in engines.items():
       t = time.perf_counter()
       engine.generate(prompts, n, params(s + 1))
@@ -114,19 +120,24 @@ def sampler_rows(folder, prompts, args):
       finally:
         vllm.close()
   hf_s = med(times["transformers generate"])
+  ceiling, read_rate = med(ceilings), med(read_rates)
   floor = speed.sampler_floor(model.cfg, len(prompts) * n,
                               bucket(max(map(len, prompts)), jax_engine.min_prompt_bucket),
-                              new, args.ceiling, args.read_rate)
+                              new, ceiling, read_rate)
   print(f"\nsampler floor on this machine: {floor['floor_s']:.2f} s = projection matmuls "
-        f"{floor['matmul_s']:.2f} s at the matmul ceiling + KV-cache reads "
-        f"{floor['kv_bytes'] / 1e9:.1f} GB at {args.read_rate / 1e9:.1f} GB/s "
+        f"{floor['matmul_s']:.2f} s at the matmul ceiling ({ceiling / 1e9:.0f} GFLOP/s, median "
+        f"of {len(ceilings)} taken between the calls: {', '.join(f'{c / 1e9:.0f}' for c in ceilings)}"
+        f") + KV-cache reads {floor['kv_bytes'] / 1e9:.1f} GB at {read_rate / 1e9:.1f} GB/s "
         f"{floor['kv_s']:.2f} s: at most {total / floor['floor_s']:,.0f} tokens/s, "
-        f"{hf_s / floor['floor_s']:.2f}x transformers")
+        f"{hf_s / floor['floor_s']:.2f}x transformers; 3x transformers needs the JAX sampler at "
+        f"{3 * floor['floor_s'] / hf_s:.0%} of the floor's rate")
   print(f"\nsampler: {len(prompts)} prompts x n {n} x {new} new tokens = {total} tokens, EOS off, "
         f"T=1, fp32, median of {args.sampler_repeats}")
-  print("| engine | tokens/s | median s | vs transformers |\n|---|---|---|---|")
+  print("| engine | tokens/s | median s | vs transformers | share of the floor's rate |\n"
+        "|---|---|---|---|---|")
   for name, ts in times.items():
-    print(f"| {name} | {total / med(ts):,.0f} | {med(ts):.2f} | {hf_s / med(ts):.2f}x |")
+    print(f"| {name} | {total / med(ts):,.0f} | {med(ts):.2f} | {hf_s / med(ts):.2f}x | "
+          f"{floor['floor_s'] / med(ts):.0%} |")
   return hf_s / med(times["JAX sampler"])
 
 
