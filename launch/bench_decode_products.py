@@ -22,9 +22,11 @@ import numpy as np
 
 from graft_jax.experiments import speed
 
-D, F, V, LAYERS, KV, HEAD = 256, 768, 1024, 4, 2, 64  # the bench model (hidden, MLP, vocab)
-SHAPES = [(D, 4 * HEAD), (D, KV * HEAD), (D, KV * HEAD), (4 * HEAD, D), (D, F), (D, F),
-          (F, D)] * LAYERS + [(D, V)]
+CFG = speed.bench_model_config(vocab_size=1024, eos_id=0, pad_id=0)
+D, F, Q, KV = (CFG.hidden_size, CFG.intermediate_size, CFG.num_heads * CFG.head_dim,
+               CFG.num_kv_heads * CFG.head_dim)
+SHAPES = [(D, Q), (D, KV), (D, KV), (Q, D), (D, F), (D, F), (F, D)] * CFG.num_layers + [
+    (D, CFG.vocab_size)]
 
 
 def products(x_MxD, weights):

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 
+
 def one(lanes: int, tokens: int, steps: int) -> None:
   """Runs one setting in this process and prints `update_s step_s` on the last line."""
   from graft_jax.experiments import speed
@@ -62,7 +63,8 @@ def main():
       times[(lanes, tokens)].append((update_s, step_s))
       print(f"round {r + 1}: {lanes} lane(s), {tokens} tokens: update {update_s:.3f} s, "
             f"step {step_s:.3f} s", flush=True)
-  print(f"\nupdate seconds, median of steps 2..{args.steps}; load average at the end {os.getloadavg()[0]:.2f}")
+  print(f"\nupdate seconds, median of steps 2..{args.steps}; load average at the end "
+        f"{os.getloadavg()[0]:.2f}")
   print("| lanes, micro-batch tokens | " + " | ".join(f"round {r + 1}" for r in range(args.rounds))
         + " |\n|---|" + "---|" * args.rounds)
   for (lanes, tokens), ts in times.items():

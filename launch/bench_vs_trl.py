@@ -13,8 +13,9 @@ running one call at a time instead of its calls side by side),
 alternating; and the floors of this machine (the matmul ceiling and a memory
 read rate measured in the same run, for the sampler again in each round between
 its calls: `speed.sampler_floor`) for the sampler and the step, with each
-sampler's share of the floor's rate and the share 3x transformers needs; last, each side-by-side goal (step at most 0.5x TRL's, the sampler
-at least 3x transformers, the update at least 50% of the ceiling) and whether
+sampler's share of the floor's rate and the share 3x transformers needs; last,
+each side-by-side goal (step at most 0.5x TRL's, the sampler at least 3x
+transformers, the update at least 50% of the ceiling) and whether
 this run met it. graft_jax's update takes the settings of one run on an
 otherwise idle CPU: micro-batches of 640 tokens (8 rows of 80, whose 640 x 768
 activations fit a core's 2 MiB L2 on the Xeon where it was chosen; on an
@@ -48,6 +49,8 @@ from graft_jax.rollout.kv_budget import bucket  # noqa: E402
 
 med = statistics.median
 load = lambda: open("/proc/loadavg").read().split()[0]
+# The f32 matmul ceiling: the faster of XLA's and torch's 2048^3 product.
+ceiling_now = lambda: max(speed.matmul_flops_per_s(), bench_peers.torch_matmul_flops_per_s())
 
 
 def step_table(trl, jax_, flops, ceiling):
@@ -95,7 +98,7 @@ def sampler_rows(folder, prompts, args):
   # a VM's matmul rate drifts by a fifth within minutes.
   ceilings, read_rates = [args.ceiling], [args.read_rate]
   for s in range(args.sampler_repeats):  # alternating
-    ceilings.append(max(speed.matmul_flops_per_s(), bench_peers.torch_matmul_flops_per_s()))
+    ceilings.append(ceiling_now())
     read_rates.append(speed.read_bytes_per_s())
     for name, engine in engines.items():
       t = time.perf_counter()
@@ -173,7 +176,7 @@ def main():
     jax_rows = []
     trl_rows = bench_peers.run_trl(folder, problems, steps=args.steps, out_dir=pathlib.Path(tmp, "trl"),
                                    between=lambda k: jax_rows.append(jax_side.step(k)))
-    ceiling = max(speed.matmul_flops_per_s(), bench_peers.torch_matmul_flops_per_s())
+    ceiling = ceiling_now()
     args.ceiling, args.read_rate = ceiling, speed.read_bytes_per_s()
     print("model: qwen3 hidden 256, 4 layers, 4 heads / 2 kv, head_dim 64, vocab 1024, tied, fp32; "
           f"16 prompts x n 8, 64 new tokens; update in micro-batches of {args.micro_batch_tokens} "
