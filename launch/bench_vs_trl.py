@@ -48,7 +48,7 @@ from graft_jax.rollout import JaxSamplerEngine, SamplingParams  # noqa: E402
 from graft_jax.rollout.kv_budget import bucket  # noqa: E402
 
 med = statistics.median
-load = lambda: open("/proc/loadavg").read().split()[0]
+load = lambda: f"{os.getloadavg()[0]:.2f}"  # the last minute's
 # The f32 matmul ceiling: the faster of XLA's and torch's 2048^3 product.
 ceiling_now = lambda: max(speed.matmul_flops_per_s(), bench_peers.torch_matmul_flops_per_s())
 
