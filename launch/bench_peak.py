@@ -144,13 +144,16 @@ def build(folder: pathlib.Path) -> ctypes.CDLL:
   return probe
 
 
-def fma_flops_per_s(probe, threads: int, iters: int = 50_000_000) -> float:
+READ_FLOATS = 2 ** 28  # 1 GiB; a power of two, so the probe's float sum of ones is exact
+
+
+def probe_flops_per_s(probe, threads: int, iters: int = 50_000_000) -> float:
   flops = threads * iters * 12 * 2 * probe.lanes()
   return flops / probe.fma_seconds(threads, iters)
 
 
-def read_bytes_per_s(probe, threads: int, gib: float = 1.0) -> float:
-  n = int(gib * 2 ** 28) // 64 * 64
+def probe_read_bytes_per_s(probe, threads: int) -> float:
+  n = READ_FLOATS
   if not probe.make_buffer(threads, n):
     raise SystemExit("bench_peak: could not allocate the read buffer")
   probe.read_seconds(threads)  # warm
@@ -173,10 +176,10 @@ def main():
     probe = build(pathlib.Path(tmp))
     print(f"vector: {probe.lanes() * 32} bits")
     for _ in range(args.repeats):  # alternating, so a drift touches all of them alike
-      rates["fma_1"].append(fma_flops_per_s(probe, 1))
-      rates["fma_all"].append(fma_flops_per_s(probe, cores))
-      rates["read_1"].append(read_bytes_per_s(probe, 1))
-      rates["read_all"].append(read_bytes_per_s(probe, cores))
+      rates["fma_1"].append(probe_flops_per_s(probe, 1))
+      rates["fma_all"].append(probe_flops_per_s(probe, cores))
+      rates["read_1"].append(probe_read_bytes_per_s(probe, 1))
+      rates["read_all"].append(probe_read_bytes_per_s(probe, cores))
       rates["xla_mm"].append(speed.matmul_flops_per_s())
       rates["xla_read"].append(speed.read_bytes_per_s())
     probe.free_buffer()
