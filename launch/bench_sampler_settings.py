@@ -55,6 +55,9 @@ def main():
   ap.add_argument("--new_tokens", type=int, default=128)
   args = ap.parse_args()
   settings = parse_settings(args.settings)
+  for name in ("rounds", "prompts", "n", "new_tokens"):
+    if getattr(args, name) < 1:
+      raise SystemExit(f"--{name}: must be at least 1, got {getattr(args, name)}")
   why_not = decode_kernel.unavailable_reason()
   if why_not is not None and any(a == "kernel" for _, a in settings):
     raise SystemExit(f"--settings: 'kernel' asked for, but the CPU decode kernel {why_not}")
