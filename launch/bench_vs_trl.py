@@ -5,7 +5,10 @@
 
 One run, one random Qwen3-architecture folder for every engine
 (`graft_jax.experiments.speed`). The steps alternate: TRL's step k, then
-graft_jax's step k on the same 16 prompts x n = 8; medians of steps 2..N.
+graft_jax's step k on the same 16 prompts x n = 8; medians of steps 2..N,
+and the median and range of the ratio of each pair of steps k (run back to
+back, so each pair shares the VM's drift at that moment; the samplers' ratios
+to transformers are given the same way, round by round).
 Then the update's FLOP/s against an f32 matmul measured in this run, and
 tokens/s of the samplers (64 prompts x 8 x 128 new tokens, EOS off, T = 1;
 the JAX sampler also with XLA's decode attention instead of the CPU kernel, and
@@ -53,6 +56,12 @@ load = lambda: f"{os.getloadavg()[0]:.2f}"  # the last minute's
 ceiling_now = lambda: max(speed.matmul_flops_per_s(), bench_peers.torch_matmul_flops_per_s())
 
 
+def spread(ratios):
+  """Median, smallest and largest of ratios taken pair by pair (the VM's drift shared)."""
+  rs = sorted(ratios)
+  return f"{med(rs):.2f}x ({rs[0]:.2f}x to {rs[-1]:.2f}x)"
+
+
 def step_table(trl, jax_, flops, ceiling):
   t = {k: med(r[k] for r in trl[1:]) for k in trl[0]}
   j = {k: med(r[k] for r in jax_[1:]) for k in jax_[0]}
@@ -65,6 +74,9 @@ def step_table(trl, jax_, flops, ceiling):
         f"{j['reward']:.3f} | {j['step']:.2f} |")
   print(f"| ratio graft_jax / TRL | {j['generate'] / t['generate']:.2f}x | | "
         f"{j['update'] / t_upd:.2f}x | | **{j['step'] / t['step']:.2f}x** |")
+  # Step k of each side ran back to back, so their ratio shares the VM's drift at that moment.
+  print(f"graft_jax / TRL step by step (steps 2..{len(trl)}, each pair back to back): median "
+        f"{spread(j_['step'] / t_['step'] for j_, t_ in zip(jax_[1:], trl[1:]))}")
   print(f"update: {flops / 1e9:.1f} GFLOP (XLA's count of the program); graft_jax "
         f"{flops / j['update'] / 1e9:.1f} GFLOP/s = {flops / j['update'] / ceiling:.0%} of the "
         f"matmul ceiling; TRL at the same count {flops / t_upd / 1e9:.1f} GFLOP/s = "
@@ -136,11 +148,14 @@ def sampler_rows(folder, prompts, args):
         f"{3 * floor['floor_s'] / hf_s:.0%} of the floor's rate")
   print(f"\nsampler: {len(prompts)} prompts x n {n} x {new} new tokens = {total} tokens, EOS off, "
         f"T=1, fp32, median of {args.sampler_repeats}")
-  print("| engine | tokens/s | median s | vs transformers | share of the floor's rate |\n"
-        "|---|---|---|---|---|")
+  print("| engine | tokens/s | median s | vs transformers | round by round: median (range) | "
+        "share of the floor's rate |\n|---|---|---|---|---|---|")
+  hf_ts = times["transformers generate"]
   for name, ts in times.items():
+    # vLLM's calls run after the alternating rounds, so they have no transformers call beside them.
+    by_round = spread(h / t for h, t in zip(hf_ts, ts)) if name in engines else ""
     print(f"| {name} | {total / med(ts):,.0f} | {med(ts):.2f} | {hf_s / med(ts):.2f}x | "
-          f"{floor['floor_s'] / med(ts):.0%} |")
+          f"{by_round} | {floor['floor_s'] / med(ts):.0%} |")
   return hf_s / med(times["JAX sampler"])
 
 
