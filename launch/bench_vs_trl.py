@@ -76,7 +76,9 @@ def step_table(trl, jax_, flops, ceiling):
         f"{j['update'] / t_upd:.2f}x | | **{j['step'] / t['step']:.2f}x** |")
   # Step k of each side ran back to back, so their ratio shares the VM's drift at that moment.
   print(f"graft_jax / TRL step by step (steps 2..{len(trl)}, each pair back to back): median "
-        f"{spread(j_['step'] / t_['step'] for j_, t_ in zip(jax_[1:], trl[1:]))}")
+        f"{spread(j_['step'] / t_['step'] for j_, t_ in zip(jax_[1:], trl[1:]))}; seconds, "
+        "TRL / graft_jax: " + ", ".join(f"{t_['step']:.2f} / {j_['step']:.2f}"
+                                        for j_, t_ in zip(jax_, trl)))
   print(f"update: {flops / 1e9:.1f} GFLOP (XLA's count of the program); graft_jax "
         f"{flops / j['update'] / 1e9:.1f} GFLOP/s = {flops / j['update'] / ceiling:.0%} of the "
         f"matmul ceiling; TRL at the same count {flops / t_upd / 1e9:.1f} GFLOP/s = "
