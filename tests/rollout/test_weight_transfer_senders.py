@@ -1,5 +1,5 @@
 """The senders on a CPU trainer: refused with one clear line before any request is sent.
-(The transfers themselves need CUDA: `launch/gpu_weight_sync.sh`.)"""
+(The transfers themselves need CUDA: `benchmarks/gpu_weight_sync.sh`.)"""
 
 import pytest
 from flax import nnx

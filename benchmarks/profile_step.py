@@ -1,12 +1,12 @@
-"""Where graft_jax's GRPO step spends its time, on the model of launch/bench_vs_trl.py.
+"""Where graft_jax's GRPO step spends its time, on the model of benchmarks/bench_vs_trl.py.
 
-  XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true .venv/bin/python launch/profile_step.py \\
+  XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true .venv/bin/python benchmarks/profile_step.py \\
       [--steps 4 --micro_batch_tokens 1024]
 
 Per step: XLA compilations (a jax.monitoring count) and seconds per phase.
 Then the update's pieces (host packing, host -> device transfer, the compiled
 program, device -> host metrics) and a profiler trace of the program split
-by kind of XLA op (`graft_jax.experiments.xla_profile`).
+by kind of XLA op (`benchmarks.xla_profile`).
 """
 
 import argparse
@@ -18,7 +18,8 @@ import time
 import jax
 from jax import monitoring
 
-from graft_jax.experiments import speed, xla_profile
+import _path  # noqa: F401  (the repository root on sys.path)
+from benchmarks import speed, xla_profile
 
 
 def timed(fn, *args):

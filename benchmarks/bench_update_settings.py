@@ -1,12 +1,12 @@
 """The update's seconds against its micro-batch size and lanes, on the model of bench_vs_trl.py.
 
-  .venv/bin/python launch/bench_update_settings.py [--settings 1:1024,2:1024,2:640,1:640,2:320
-                                                    --rounds 2 --steps 6]
+  .venv/bin/python benchmarks/bench_update_settings.py [--settings 1:1024,2:1024,2:640,1:640,2:320
+                                                        --rounds 2 --steps 6]
 
 Each setting is ``lanes:micro_batch_tokens`` (the config's ``update_streams`` and
 ``micro_batch_tokens``). Every setting runs in a process of its own (nothing
 compiled or cached is shared), the settings in turn, round after round; each
-process runs ``--steps`` GRPO steps of `graft_jax.experiments.speed.JaxSide` and
+process runs ``--steps`` GRPO steps of `benchmarks.speed.JaxSide` and
 prints the median update and step seconds of steps 2..N. A script, not a test:
 wall times, valid on an idle machine only (the load average is printed).
 """
@@ -22,7 +22,8 @@ import tempfile
 
 def one(lanes: int, tokens: int, steps: int) -> None:
   """Runs one setting in this process and prints `update_s step_s` on the last line."""
-  from graft_jax.experiments import speed
+  import _path  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+  from benchmarks import speed  # pylint: disable=import-outside-toplevel
   with tempfile.TemporaryDirectory() as tmp:
     folder = speed.write_bench_model(pathlib.Path(tmp, "model"))
     problems = speed.arithmetic_problems(steps * 16, seed=1)

@@ -1,6 +1,6 @@
 """One decode step's attention over the KV cache: the CPU kernel against XLA's formulation.
 
-Times `graft_jax.models.decode_kernel` (the sampler's decode attention on
+Times `graft_jax.backends.cpu.decode_kernel` (the sampler's decode attention on
 x86 CPUs with AVX-512 or AVX2; built at first use, for the host's best
 instruction set unless ``--isa`` names one) against XLA's formulation of the same step
 (the step's key and value written with ``dynamic_update_slice``, then
@@ -13,7 +13,7 @@ read at all) and checks both against a float64 NumPy reference. The defaults
 are the speed benchmark's model (2 kv heads, 2 query heads each, head_dim 64).
 Run on an idle machine.
 
-  .venv/bin/python launch/bench_decode_attention.py [--rows 512 --slots 144 --group 2 --head-dim 64
+  .venv/bin/python benchmarks/bench_decode_attention.py [--rows 512 --slots 144 --group 2 --head-dim 64
       --isa avx2]
 """
 
@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from graft_jax.models import decode_kernel
+from graft_jax.backends.cpu import decode_kernel
 
 KV_HEADS = 2
 

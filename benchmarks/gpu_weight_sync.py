@@ -8,7 +8,7 @@ two GPUs (NCCL refuses two ranks on one device): the server gets GPU 1, the
 trainer GPU 0; on one GPU the NCCL run prints SKIPPED and the exit code says so.
 IPC and reload put the server beside the trainer on GPU 0, memory split.
 
-  launch/gpu_weight_sync.sh [--backends nccl,ipc,reload --layers 8 --hidden 1024 --repeats 3]
+  benchmarks/gpu_weight_sync.sh [--backends nccl,ipc,reload --layers 8 --hidden 1024 --repeats 3]
 """
 
 import os

@@ -1,6 +1,6 @@
 """Compile time of the update against depth: layers under nnx.scan vs an unrolled loop.
 
-  .venv/bin/python launch/bench_compile.py [--layers=4,16,28] [--length=512]
+  .venv/bin/python benchmarks/bench_compile.py [--layers=4,16,28] [--length=512]
 
 A narrow Qwen3-architecture model (hidden 256, 4 heads / 2 KV heads, head_dim 64,
 vocabulary 8,192, remat on every block) is built abstractly (no weights), and the

@@ -1,6 +1,6 @@
-"""Where a JAX sampler call spends its time, on the model and work of launch/bench_vs_trl.py.
+"""Where a JAX sampler call spends its time, on the model and work of benchmarks/bench_vs_trl.py.
 
-  XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true .venv/bin/python launch/profile_sampler.py \\
+  XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true .venv/bin/python benchmarks/profile_sampler.py \\
       [--prompts 64 --n 8 --new_tokens 128 --streams 1 --top 15]
 
 One call of ``--prompts`` x ``--n`` rows, ``--new_tokens`` each, EOS off, T = 1:
@@ -21,7 +21,8 @@ import re
 import tempfile
 import time
 
-from graft_jax.experiments import speed, xla_profile
+import _path  # noqa: F401  (the repository root on sys.path)
+from benchmarks import speed, xla_profile
 from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.rollout import JaxSamplerEngine, SamplingParams
 

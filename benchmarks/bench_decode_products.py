@@ -1,9 +1,9 @@
 """The rate of one decode step's matrix products at the sampler's shapes, against the matmul ceiling.
 
-  .venv/bin/python launch/bench_decode_products.py [--settings 128x4,128x2,256x2,512x1,128x1]
+  .venv/bin/python benchmarks/bench_decode_products.py [--settings 128x4,128x2,256x2,512x1,128x1]
 
 One decode step's projections of the speed benchmark's model
-(`graft_jax.experiments.speed.write_bench_model`: per layer q, k, v, o, gate,
+(`benchmarks.speed.write_bench_model`: per layer q, k, v, o, gate,
 up and down, then the tied head), as one jitted chain on random f32 inputs of
 ``rows`` rows, called from ``calls`` host threads side by side (the sampler's
 calls side by side, `JaxSamplerEngine`'s ``streams``): 20 calls per thread,
@@ -20,7 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from graft_jax.experiments import speed
+import _path  # noqa: F401  (the repository root on sys.path)
+from benchmarks import speed
 
 CFG = speed.bench_model_config(vocab_size=1024, eos_id=0, pad_id=0)
 D, F, Q, KV = (CFG.hidden_size, CFG.intermediate_size, CFG.num_heads * CFG.head_dim,

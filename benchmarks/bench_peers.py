@@ -1,4 +1,4 @@
-"""The torch half of `launch/bench_vs_trl.py`: TRL's GRPOTrainer with per-phase clocks,
+"""The torch half of `benchmarks/bench_vs_trl.py`: TRL's GRPOTrainer with per-phase clocks,
 transformers `generate`, and a torch matmul. Needs the `bench` extra (trl, torch)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 import transformers
 import trl
 
-from graft_jax.experiments import speed
+from benchmarks import speed
 
 
 class ClockedGRPO(trl.GRPOTrainer):

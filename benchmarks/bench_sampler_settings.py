@@ -1,13 +1,13 @@
 """The JAX sampler's call under several settings, paired round by round in one process.
 
-  .venv/bin/python launch/bench_sampler_settings.py [--settings 4:kernel,2:kernel,1:kernel,4:xla
-                                                     --rounds 10 --prompts 64 --n 8 --new_tokens 128]
+  .venv/bin/python benchmarks/bench_sampler_settings.py [--settings 4:kernel,2:kernel,1:kernel,4:xla
+                                                         --rounds 10 --prompts 64 --n 8 --new_tokens 128]
 
 Each setting is ``streams:attention``: the engine's calls side by side
 (`JaxSamplerEngine`'s ``streams``) and the decode step's attention (``kernel``,
 the CPU decode kernel where it applies, or ``xla``; `Decoder.set_decode_attention`).
 One engine per setting, all on the speed benchmark's model
-(`graft_jax.experiments.speed.write_bench_model`) and work (arithmetic prompts,
+(`benchmarks.speed.write_bench_model`) and work (arithmetic prompts,
 EOS off, T = 1, fp32), each compiled before timing. Each round calls every
 engine once, in the given order in even rounds and reversed in odd ones, and
 divides each setting's seconds by the first setting's in the same round. On a
@@ -25,8 +25,10 @@ import statistics
 import tempfile
 import time
 
-from graft_jax.experiments import speed
-from graft_jax.models import decode_kernel, load_hf, load_tokenizer
+import _path  # noqa: F401  (the repository root on sys.path)
+from benchmarks import speed
+from graft_jax.backends.cpu import decode_kernel
+from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.rollout import JaxSamplerEngine, SamplingParams
 
 ATTENTION = ("kernel", "xla")

@@ -1,4 +1,4 @@
-"""The JAX half of the side-by-side speed benchmark (``launch/bench_vs_trl.py``).
+"""The JAX half of the side-by-side speed benchmark (``benchmarks/bench_vs_trl.py``).
 
 The model: Qwen3 architecture, hidden 256, 4 layers, 4 heads / 2 KV heads,
 head_dim 64, intermediate 768, tied embeddings, a 1,024-token byte-level BPE
@@ -137,7 +137,7 @@ class JaxSide:
   def update_batch(self) -> dict:
     """A host minibatch of the shape the last step's update had (G x n rows of its length)."""
     from graft_jax.models.logprobs import bucket_length
-    from graft_jax.train.rows import Rows, pack_minibatch
+    from graft_jax.train.update_rows import Rows, pack_minibatch
 
     cfg, rows = self.cfg, Rows()
     for q in range(cfg.prompts_per_step * cfg.n):

@@ -7,7 +7,7 @@ this compiles value-and-grad of a weighted log-prob sum both ways and prints
 XLA's temporary-buffer size for each (from the compiled program, not measured)
 and the median wall time of each, side by side.
 
-  .venv/bin/python launch/bench_logprobs.py [--rows 2 --length 2048 --chunk 512]
+  .venv/bin/python benchmarks/bench_logprobs.py [--rows 2 --length 2048 --chunk 512]
 """
 
 import argparse

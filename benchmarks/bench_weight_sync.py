@@ -6,7 +6,7 @@ fp32 master weights, tied embeddings), writes it with
 step, and reads the file back with safetensors (what vLLM's `reload_weights`
 reads). No vLLM needed; the numbers go into BENCHMARKS.md.
 
-  .venv/bin/python launch/bench_weight_sync.py [--layers 16 --hidden 1024 --dtype bfloat16 --repeats 3]
+  .venv/bin/python benchmarks/bench_weight_sync.py [--layers 16 --hidden 1024 --dtype bfloat16 --repeats 3]
 """
 
 import argparse

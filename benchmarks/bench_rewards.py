@@ -1,6 +1,6 @@
 """Reward throughput on a typical mixed GRPO batch (prints one json line).
 
-Usage: .venv/bin/python launch/bench_rewards.py [--mix math|uniform|synthetic]
+Usage: .venv/bin/python benchmarks/bench_rewards.py [--mix math|uniform|synthetic]
            [--groups 128] [--n 8] [--repeats 3] [--workers N]
 
 A batch is G groups of n responses to the same gold answer (a GRPO step), each

@@ -4,7 +4,7 @@ Both sample (T=1, no top-k/top-p) the same random Llama-architecture weights,
 64 prompts x n=8 x 128 new tokens with EOS disabled, so both produce exactly
 the same number of tokens. Prints medians and the ratio.
 
-  .venv/bin/python launch/bench_sampler.py [--hidden 256 --layers 4 --repeats 3]
+  .venv/bin/python benchmarks/bench_sampler.py [--hidden 256 --layers 4 --repeats 3]
 """
 
 import argparse

@@ -4,7 +4,7 @@ One run measures all three on the same random Llama-architecture weights
 (head_dim 64, fp32) and the same batch, with EOS off so both sample exactly
 prompts x n x new_tokens tokens at T=1. Needs .venv-vllm (`make vllm-venv`).
 
-  .venv/bin/python launch/bench_vllm.py [--prompts 32 --n 8 --new_tokens 64 --repeats 3]
+  .venv/bin/python benchmarks/bench_vllm.py [--prompts 32 --n 8 --new_tokens 64 --repeats 3]
 """
 
 import argparse

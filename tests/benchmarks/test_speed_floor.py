@@ -1,8 +1,8 @@
-"""The speed benchmark's sampler floor, counted by hand."""
+"""The speed benchmark's sampler floor (benchmarks/speed.py), counted by hand."""
 
 import pytest
 
-from graft_jax.experiments import speed
+from benchmarks import speed
 from graft_jax.models import ModelConfig
 
 

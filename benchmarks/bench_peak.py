@@ -1,8 +1,8 @@
 """This machine's f32 peaks next to the rates the speed benchmarks take as their ceilings.
 
-  .venv/bin/python launch/bench_peak.py [--repeats 7]
+  .venv/bin/python benchmarks/bench_peak.py [--repeats 7]
 
-`launch/bench_vs_trl.py` bounds the sampler and the update by two rates measured
+`benchmarks/bench_vs_trl.py` bounds the sampler and the update by two rates measured
 through XLA: the f32 2048^3 matmul (`speed.matmul_flops_per_s`) and a 1 GiB sum
 (`speed.read_bytes_per_s`). This script measures what the processor itself can
 do, with a small C program built here by the host's C compiler (``-O3
@@ -30,7 +30,8 @@ import statistics
 import subprocess
 import tempfile
 
-from graft_jax.experiments import speed
+import _path  # noqa: F401  (the repository root on sys.path)
+from benchmarks import speed
 
 SOURCE = r"""
 #include <omp.h>
@@ -169,7 +170,7 @@ def main():
                   help="rounds (each rate's best, median and worst are printed)")
   args = ap.parse_args()
   cores = os.cpu_count()
-  print(f"command: .venv/bin/python launch/bench_peak.py --repeats {args.repeats}")
+  print(f"command: .venv/bin/python benchmarks/bench_peak.py --repeats {args.repeats}")
   print(f"machine: {cores} CPUs; load average {os.getloadavg()[0]:.2f}")
   rates = {k: [] for k in ("fma_1", "fma_all", "read_1", "read_all", "xla_mm", "xla_read")}
   with tempfile.TemporaryDirectory() as tmp:

@@ -1,0 +1,1 @@
+"""Benchmark and profiling scripts, and their helpers; never imported by graft_jax."""
