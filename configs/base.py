@@ -35,7 +35,7 @@ PRESETS = {
     'hacpo': _set(method='hacpo'),
     'sgt': _set(method='sgt'),
     'replay': _set(method='replay'),
-    # GRAFT ablations (graft_jax.train.exchange and graft_jax.core docstrings).
+    # GRAFT ablations (graft_jax.train.peer_rows and graft_jax.core docstrings).
     'pooled': _set(**{'graft.advantages': 'pooled'}),
     'success_only': _set(**{'graft.transfer': 'success_only'}),
     'no_gate': _set(**{'graft.gate': 'off'}),
@@ -98,14 +98,15 @@ def pair_config(arg, *, pair, model_a, model_b):
   c.data.train_path = 'data/math/train.jsonl'  # MATH train, 7,500 problems
   c.eval.data_dir = 'data/eval'
   # Memory: FSDP over every device, one 6,144-token row per device per gradient
-  # micro-batch, each block rematerialised, blocks under a scan, attention in
-  # 512-position blocks, the JAX sampler's KV cache under 32 GiB per call.
+  # micro-batch, each block rematerialised, blocks under a scan, attention by the
+  # backend's flash kernel ('auto': cuDNN on GPUs), the JAX sampler's KV cache under
+  # 32 GiB per call.
   # launch/plan.py prints what this takes per device (README: real pairs).
   c.mesh.update(dict(data=1, fsdp=-1, tensor=1))
   c.micro_batch_tokens = 6144
   c.remat = 'full'
   c.scan_layers = True
-  c.attention_impl = 'blocked'
+  c.attention_impl = 'auto'
   c.rollout.max_kv_bytes = 32 * 2**30
   c.lock()
   return c

@@ -14,7 +14,7 @@ import dataclasses
 import numpy as np
 
 from graft_jax import core
-from graft_jax.train import exchange
+from graft_jax.train import peer_rows
 from graft_jax.train.collect import collect
 
 
@@ -63,7 +63,7 @@ def exchange_view(cfg, policies: dict, problems, reward_fn, *, seed: int = 0) ->
     recv, src, policy = rolls[recv_name], rolls[src_name], policies[recv_name]
     n = cfg.n
     peer_rows = list(range(len(problems) * n))
-    ids, _, _, lbar_recv = exchange.score_peer_rows(policy, recv, src, peer_rows,
+    ids, _, _, lbar_recv = peer_rows.score_peer_rows(policy, recv, src, peer_rows,
                                                     temperature=cfg.rollout.temperature)
     _, admitted = core.compat_weights(lbar_recv, src.gen_mean_logp_B, delta=cfg.graft.delta)
     admitted = np.asarray(admitted)

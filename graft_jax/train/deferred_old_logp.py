@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from graft_jax.train import microbatch
-from graft_jax.train.rows import KIND_PPO, KIND_SGT, Rows
+from graft_jax.train.update_rows import KIND_PPO, KIND_SGT, Rows
 from graft_jax.train.scoring import mean_or_nan, score_rows
 
 

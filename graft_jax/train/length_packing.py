@@ -21,7 +21,7 @@ import itertools
 
 import numpy as np
 
-from graft_jax.train.rows import TOKEN_FIELDS  # the per-token inputs: trimmed to L
+from graft_jax.train.update_rows import TOKEN_FIELDS  # the per-token inputs: trimmed to L
 
 
 def length_bucket(n_tokens, t: int, multiple: int = 64):

@@ -17,7 +17,7 @@ from graft_jax.train import methods, microbatch
 from graft_jax.models.logprobs import bucket_length
 from graft_jax.train.collect import collect
 from graft_jax.train.deferred_old_logp import score_deferred
-from graft_jax.train.rows import pack_minibatch
+from graft_jax.train.update_rows import pack_minibatch
 
 
 def old_logp_in_update(cfg, g: int) -> bool:

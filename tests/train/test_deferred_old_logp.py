@@ -15,7 +15,7 @@ from graft_jax.train import step as step_lib
 from graft_jax.train.deferred_old_logp import rows_to_score, score_deferred
 from graft_jax.train.methods import make as make_method
 from graft_jax.train.policy import make_policy
-from graft_jax.train.rows import KIND_SGT, Rows
+from graft_jax.train.update_rows import KIND_SGT, Rows
 from graft_jax.train.scoring import score_rows
 from graft_jax.train.update import LossSpec
 from tests.train import tiny_pair

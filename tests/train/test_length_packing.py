@@ -13,7 +13,7 @@ from flax import nnx
 from hypothesis import given, settings, strategies as st
 
 from graft_jax.train import length_packing, microbatch
-from graft_jax.train.rows import pack_minibatch
+from graft_jax.train.update_rows import pack_minibatch
 from graft_jax.train.update import LossSpec, loss_fn, to_device_batch
 from tests.train.test_microbatch import CFG, graft_rows
 

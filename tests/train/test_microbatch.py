@@ -8,7 +8,7 @@ from flax import nnx
 
 from graft_jax.models import ModelConfig, init_model
 from graft_jax.train import microbatch
-from graft_jax.train.rows import KIND_SGT, Rows, pack_minibatch
+from graft_jax.train.update_rows import KIND_SGT, Rows, pack_minibatch
 from graft_jax.train.update import LossSpec, loss_fn
 
 N = 4  # rows per group

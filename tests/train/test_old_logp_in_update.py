@@ -16,7 +16,7 @@ from configs import toy
 from graft_jax.models import ModelConfig, init_model
 from graft_jax.train import config as config_lib
 from graft_jax.train import microbatch
-from graft_jax.train.rows import Rows, pack_minibatch
+from graft_jax.train.update_rows import Rows, pack_minibatch
 from graft_jax.train.scoring import score_rows
 from graft_jax.train.step import loss_spec, old_logp_in_update
 from graft_jax.train.update import LossSpec, loss_fn

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from graft_jax.train.rows import KIND_SGT, Rows, pack_minibatch
+from graft_jax.train.update_rows import KIND_SGT, Rows, pack_minibatch
 
 PAD = 0
 
@@ -64,7 +64,7 @@ def test_rows_of_groups_follows_the_group_order():
 def test_fields_and_dtypes_are_the_declared_ones():
   # The memory plan lowers the update from TOKEN_FIELDS / ROW_FIELDS: they must be
   # exactly what a packed minibatch holds.
-  from graft_jax.train.rows import ROW_FIELDS, TOKEN_FIELDS
+  from graft_jax.train.update_rows import ROW_FIELDS, TOKEN_FIELDS
   batch = pack_minibatch(three_rows(), [0, 1, 2], PAD, multiple=4)
   assert {k: v.dtype for k, v in batch.items()} == {
       k: np.dtype(d) for k, d in {**TOKEN_FIELDS, **ROW_FIELDS}.items()}

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from graft_jax.train import methods, microbatch
-from graft_jax.train.rows import Rows
+from graft_jax.train.update_rows import Rows
 from graft_jax.train.step import run_updates
 from tests.train.methods import helpers
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from graft_jax.train.exchange import ExchangeStats, own_rows
-from graft_jax.train.rows import Rows
+from graft_jax.train.peer_rows import ExchangeStats, own_rows
+from graft_jax.train.update_rows import Rows
 from graft_jax.train.update import HacpoLoss, PpoLoss
 
 # Per receiver: its update rows, and what its exchange did (None: it had no peer).

@@ -15,9 +15,9 @@ import dataclasses
 import numpy as np
 
 from graft_jax import core
-from graft_jax.train.exchange import add_own_group, peer_gate_columns, peer_stats, score_picks
+from graft_jax.train.peer_rows import add_own_group, peer_gate_columns, peer_stats, score_picks
 from graft_jax.train.methods.base import Method, per_receiver
-from graft_jax.train.rows import Rows
+from graft_jax.train.update_rows import Rows
 
 
 def gate(recv_lbar_R, gen_lbar_R, ids, g: int, n: int, gc):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from graft_jax.train.exchange import own_rows, peer_stats
+from graft_jax.train.peer_rows import own_rows, peer_stats
 from graft_jax.train.methods.base import Method, per_receiver
 
 

@@ -15,9 +15,9 @@ from flax import nnx
 
 from graft_jax import core
 from graft_jax.train.capability import CapabilityTracker
-from graft_jax.train.exchange import add_own_group, pair_stats, score_peer_rows
+from graft_jax.train.peer_rows import add_own_group, pair_stats, score_peer_rows
 from graft_jax.train.methods.base import Method, only_peer, per_receiver
-from graft_jax.train.rows import Rows
+from graft_jax.train.update_rows import Rows
 from graft_jax.train.scoring import score_rows
 from graft_jax.train.update import HacpoLoss
 

@@ -1,6 +1,6 @@
 """Stored-log replay: GRAFT one way, from a peer's recorded rollouts instead of a live peer.
 
-Only the first model trains; the second is its logs (``graft_jax.train.replay``),
+Only the first model trains; the second is its logs (``graft_jax.train.replay_source``),
 and every candidate is taken (no balancing: there is no reverse direction).
 """
 
@@ -11,7 +11,7 @@ import numpy as np
 from graft_jax import core
 from graft_jax.train import peer_log
 from graft_jax.train.methods.graft import Graft
-from graft_jax.train.replay import ReplaySource
+from graft_jax.train.replay_source import ReplaySource
 
 
 class Replay(Graft):

@@ -8,9 +8,9 @@ import jax
 import numpy as np
 
 from graft_jax import core
-from graft_jax.train.exchange import add_own_group, pair_stats, retokenize
+from graft_jax.train.peer_rows import add_own_group, pair_stats, retokenize
 from graft_jax.train.methods.base import Method, only_peer, per_receiver
-from graft_jax.train.rows import KIND_SGT, Rows
+from graft_jax.train.update_rows import KIND_SGT, Rows
 
 
 def sgt_rows(recv_policy, recv_roll, src_roll, key):

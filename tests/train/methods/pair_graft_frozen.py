@@ -15,9 +15,9 @@ import dataclasses
 import numpy as np
 
 from graft_jax import core
-from graft_jax.train.exchange import add_own_group, pair_stats, peer_gate_columns
+from graft_jax.train.peer_rows import add_own_group, pair_stats, peer_gate_columns
 from graft_jax.train.methods.graft import gate
-from graft_jax.train.rows import Rows
+from graft_jax.train.update_rows import Rows
 from graft_jax.train.scoring import mean_or_nan, score_rows
 
 

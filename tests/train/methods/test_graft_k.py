@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from graft_jax.train import exchange, methods
+from graft_jax.train import methods, peer_rows
 from tests.core import reference
 from tests.train.methods import helpers, pair_graft_frozen
 
@@ -155,9 +155,9 @@ def test_one_scoring_call_per_receiver(monkeypatch):
            "toy_b": helpers.rollout(pols["toy_b"], R_B),
            "toy_c": helpers.rollout(pols["toy_c"], R_C, texts=TEXTS_C)}
   calls = []
-  real = exchange.score_rows
+  real = peer_rows.score_rows
   by_vocab = {p.model.cfg.vocab_size: name for name, p in pols.items()}  # distinct per model
-  monkeypatch.setattr(exchange, "score_rows", lambda model, prompts, *a, **kw: (
+  monkeypatch.setattr(peer_rows, "score_rows", lambda model, prompts, *a, **kw: (
       calls.append((by_vocab[model.cfg.vocab_size], len(prompts))), real(model, prompts, *a, **kw))[1])
   method = methods.make(cfg)
   method.build_rows(pols, rolls, method.peers(rolls, [], 0), None)

@@ -3,7 +3,7 @@
 import jax
 import numpy as np
 
-from graft_jax.train.rows import KIND_PPO, KIND_SGT
+from graft_jax.train.update_rows import KIND_PPO, KIND_SGT
 from tests.train.methods import helpers
 
 # SGT applies on q0 (A 0/4, B 2/4) and q3 (A 0/4, B 4/4); not q1 (B 0/4) or q2 (A 2/4).

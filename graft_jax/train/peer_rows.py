@@ -15,7 +15,7 @@ import dataclasses
 import numpy as np
 
 from graft_jax import core
-from graft_jax.train.rows import Rows
+from graft_jax.train.update_rows import Rows
 from graft_jax.train.scoring import mean_or_nan, score_rows
 
 
