@@ -1,4 +1,4 @@
-"""Causal self-attention over a padded batch: dense, or blocked (flash-style) in bounded memory.
+"""Causal self-attention over a padded batch, by the fastest kernel each backend has.
 
 Query t of a row attends to keys s <= t whose ``kv_mask_BxS[b, s]`` is True
 (left or right padding). With scale c = H^(-1/2),
@@ -10,9 +10,22 @@ Query t of a row attends to keys s <= t whose ``kv_mask_BxS[b, s]`` is True
 and a query that sees no key (a left pad: V(t) empty) outputs 0 in both
 implementations, so they agree at every position.
 
-``dense_attention`` forms the B x N x T x T fp32 scores at once; ``fused_attention``
-hands right-padded rows to ``jax.nn.dot_product_attention`` (cuDNN's fused kernel on
-a GPU, no T x T scores in memory; XLA's dense path elsewhere). ``blocked_attention``
+Implementations (``impl``; `resolve_impl` picks one for 'auto', the default):
+
+- 'dense': XLA, the B x N x T x T fp32 scores at once (fastest at small T, on CPU).
+- 'blocked': pure JAX, flash-style, in bounded memory on any backend (below).
+- 'cudnn': cuDNN's flash-attention kernel through ``jax.nn.dot_product_attention
+  (implementation='cudnn')``, GPU only, bf16 / fp16 inputs, head_dim <= 128.
+- 'splash': the Pallas splash-attention kernel, TPU (``interpret=True`` runs its
+  numerics on a CPU).
+
+'cudnn' and 'splash' take each row's real tokens as one contiguous span (left or
+right padding, as every caller's rows are): the span is rotated to the front of
+the row, attended with a causal mask limited to the span's length, and rotated
+back. They output 0 at every padded query; 'dense' and 'blocked' output 0 at a
+query that sees no key (a left pad) and attend over the row's real keys at a right
+pad. No loss reads a padded position, so every implementation gives the same
+values wherever one is read. ``blocked_attention``
 walks query blocks and, inside each, the key blocks it can see (the causal
 future is skipped), keeping a running max m, normaliser l and output
 accumulator (the online softmax of FlashAttention, arXiv 2205.14135):
@@ -37,7 +50,12 @@ import jax.numpy as jnp
 
 # Large but finite, so a max over fully masked scores stays finite.
 MASK_VALUE = -1e30
-ATTENTION_IMPLS = ("dense", "blocked", "fused")
+ATTENTION_IMPLS = ("auto", "dense", "blocked", "cudnn", "splash")
+# cuDNN's flash attention: half-precision inputs, head_dim at most 128.
+CUDNN_DTYPES = ("bfloat16", "float16")
+CUDNN_MAX_HEAD_DIM = 128
+# Splash attention's query / key block; rows are padded up to a multiple of it.
+SPLASH_BLOCK = 128
 
 
 def visible_BxT(kv_mask_BxS, t: int):
@@ -178,31 +196,142 @@ def _flash_bwd(bs, res, dout):
 _flash.defvjp(_flash_fwd, _flash_bwd)
 
 
-def fused_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT):
-  """``jax.nn.dot_product_attention``: cuDNN's fused kernel on a GPU where it applies
-  (bf16 / fp16), XLA elsewhere. For **right-padded** rows only (each row's mask a
-  prefix, as the update's and the scorer's rows are): keys are limited by each row's
-  length n_b, ``key_value_seq_lengths``, so query t sees keys s <= min(t, n_b - 1).
-  The real positions t < n_b get `dense_attention`'s values; a pad query attends to the
-  row's real keys (an all-pad row to its first slot) instead of giving 0, and no loss
-  reads it."""
-  b, t, kv, g, h = q_BxTxKxGxH.shape
-  lengths_B = jnp.maximum(kv_mask_BxT.astype(jnp.int32).sum(axis=1), 1)
-  # Query head n = k * G + j shares kv head k: the grouping dot_product_attention uses.
-  out_BxTxNxH = jax.nn.dot_product_attention(
-      q_BxTxKxGxH.reshape(b, t, kv * g, h), k_BxTxKxH, v_BxTxKxH, is_causal=True,
-      key_value_seq_lengths=lengths_B)
-  return out_BxTxNxH.reshape(b, t, kv, g, h)
+def resolve_impl(impl: str, *, dtype, head_dim: int, length: int, block: int = 512,
+                 backend: str | None = None) -> str:
+  """The implementation that runs for ``impl`` on ``backend`` (default: JAX's).
+
+  'auto' is cuDNN's kernel on a GPU where it applies (else 'blocked', which
+  never forms T x T scores either), splash attention on a TPU, and on a CPU
+  'dense' up to one attention block of positions and 'blocked' beyond it (the
+  dense scores at long T cost more memory than the blocked loop costs time).
+  An explicit choice is returned as given.
+  """
+  if impl not in ATTENTION_IMPLS:
+    raise ValueError(f"attention impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
+  if impl != "auto":
+    return impl
+  backend = backend or jax.default_backend()
+  if backend in ("gpu", "cuda", "rocm"):
+    return "cudnn" if cudnn_applies(dtype, head_dim) and backend != "rocm" else "blocked"
+  if backend == "tpu":
+    return "splash"
+  return "dense" if length <= block else "blocked"
 
 
-def attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT, *, impl: str = "dense",
+def describe_impl(impl: str, *, dtype, head_dim: int, length: int, block: int = 512,
+                  backend: str | None = None) -> str:
+  """One line for the run's log: what ``impl`` runs as on this backend, and why."""
+  backend = backend or jax.default_backend()
+  chosen = resolve_impl(impl, dtype=dtype, head_dim=head_dim, length=length, block=block,
+                        backend=backend)
+  if impl != "auto":
+    return f"{chosen} (set by attention_impl)"
+  if chosen == "blocked" and backend not in ("cpu",):
+    return (f"blocked ('auto' on {backend}: cuDNN's kernel needs bf16/fp16 inputs and "
+            f"head_dim <= {CUDNN_MAX_HEAD_DIM}, got {jnp.dtype(dtype).name}, {head_dim})")
+  if backend == "cpu":
+    return (f"{chosen} ('auto' on cpu: 'dense' up to {block} positions, 'blocked' beyond; "
+            f"rows of up to {length})")
+  return f"{chosen} ('auto' on {backend})"
+
+
+def cudnn_applies(dtype, head_dim: int) -> bool:
+  """Whether cuDNN's flash attention takes these inputs."""
+  return jnp.dtype(dtype).name in CUDNN_DTYPES and head_dim <= CUDNN_MAX_HEAD_DIM
+
+
+def _span_B(kv_mask_BxT):
+  """(start_B, length_B) of each row's contiguous span of real positions."""
+  mask_BxT = kv_mask_BxT.astype(bool)
+  length_B = mask_BxT.sum(axis=1).astype(jnp.int32)
+  start_B = jnp.where(length_B > 0, jnp.argmax(mask_BxT, axis=1), 0).astype(jnp.int32)
+  return start_B, length_B
+
+
+def _rotate(x_BxTx, shift_B):
+  """Row b rotated left by shift_B[b] positions along axis 1."""
+  t = x_BxTx.shape[1]
+  idx_BxT = (jnp.arange(t)[None, :] + shift_B[:, None]) % t
+  idx = idx_BxT.reshape(idx_BxT.shape + (1,) * (x_BxTx.ndim - 2))
+  return jnp.take_along_axis(x_BxTx, idx, axis=1)
+
+
+def _spans_to_front(attend, q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT):
+  """Runs ``attend(q, k, v, length_B)`` on rows whose span is rotated to slot 0
+  (right-padded), rotates the output back and zeroes the padded queries."""
+  t = q_BxTxKxGxH.shape[1]
+  start_B, length_B = _span_B(kv_mask_BxT)
+  front = lambda x: _rotate(x, start_B)
+  out = attend(front(q_BxTxKxGxH), front(k_BxTxKxH), front(v_BxTxKxH), length_B)
+  out_BxTxKxGxH = _rotate(out, (t - start_B) % t)
+  real = kv_mask_BxT.astype(bool)[:, :, None, None, None]
+  return jnp.where(real, out_BxTxKxGxH, 0).astype(q_BxTxKxGxH.dtype)
+
+
+def cudnn_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT, *,
+                    implementation: str = "cudnn"):
+  """cuDNN's flash attention (GPU; bf16 / fp16): causal within each row's span,
+  GQA through the kv-head count, no T x T scores in memory. ``implementation="xla"``
+  runs the same call through XLA (a CPU check of everything around the kernel)."""
+
+  def attend(q, k, v, length_B):
+    b, t, kv, g, h = q.shape
+    lengths_B = jnp.maximum(length_B, 1)
+    # Query head n = k * G + j shares kv head k: the grouping dot_product_attention uses.
+    out_BxTxNxH = jax.nn.dot_product_attention(
+        q.reshape(b, t, kv * g, h), k, v, is_causal=True, query_seq_lengths=lengths_B,
+        key_value_seq_lengths=lengths_B, implementation=implementation)
+    return out_BxTxNxH.reshape(b, t, kv, g, h)
+
+  return _spans_to_front(attend, q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT)
+
+
+def splash_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT, *,
+                     interpret: bool | None = None):
+  """The Pallas splash-attention kernel (TPU; ``interpret`` runs it anywhere, and
+  is the default off a TPU): a static causal mask and segment ids (1 on a row's
+  span, 0 on its padding), rows padded to a multiple of `SPLASH_BLOCK`."""
+  from jax.experimental.pallas.ops.tpu.splash_attention import (  # pylint: disable=g-import-not-at-top
+      splash_attention_kernel as splash, splash_attention_mask as splash_mask)
+
+  if interpret is None:
+    interpret = jax.default_backend() != "tpu"
+
+  def attend(q, k, v, length_B):
+    b, t, kv, g, h = q.shape
+    tp = -(-t // SPLASH_BLOCK) * SPLASH_BLOCK
+    widen = lambda x: jnp.pad(x, ((0, 0), (0, tp - t)) + ((0, 0),) * (x.ndim - 2))
+    q, k, v = widen(q * jnp.asarray(h ** -0.5, q.dtype)), widen(k), widen(v)
+    seg_BxT = (jnp.arange(tp)[None, :] < length_B[:, None]).astype(jnp.int32)
+    blocks = splash.BlockSizes(block_q=SPLASH_BLOCK, block_kv=SPLASH_BLOCK,
+                               block_kv_compute=SPLASH_BLOCK, block_q_dkv=SPLASH_BLOCK,
+                               block_kv_dkv=SPLASH_BLOCK, block_kv_dkv_compute=SPLASH_BLOCK,
+                               block_q_dq=SPLASH_BLOCK, block_kv_dq=SPLASH_BLOCK)
+    mask = splash_mask.MultiHeadMask([splash_mask.CausalMask((tp, tp))] * (kv * g))
+    kernel = splash.make_splash_mha(mask, block_sizes=blocks, head_shards=1, q_seq_shards=1,
+                                    interpret=interpret)
+
+    def one_row(q_TxKxGxH, k_TxKxH, v_TxKxH, seg_T):
+      out_NxTxH = kernel(q_TxKxGxH.reshape(tp, kv * g, h).swapaxes(0, 1),
+                         k_TxKxH.swapaxes(0, 1), v_TxKxH.swapaxes(0, 1),
+                         segment_ids=splash.SegmentIds(seg_T, seg_T))
+      return out_NxTxH.swapaxes(0, 1).reshape(tp, kv, g, h)
+
+    return jax.vmap(one_row)(q, k, v, seg_BxT)[:, :t]
+
+  return _spans_to_front(attend, q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT)
+
+
+def attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT, *, impl: str = "auto",
               block: int = 512):
-  """Causal self-attention by ``impl`` ('dense' | 'blocked' | 'fused', the last for
-  right-padded rows only); see the module docstring."""
+  """Causal self-attention by ``impl`` (see the module docstring; 'auto' is
+  `resolve_impl`'s choice for this backend, dtype and length)."""
+  impl = resolve_impl(impl, dtype=q_BxTxKxGxH.dtype, head_dim=q_BxTxKxGxH.shape[-1],
+                      length=q_BxTxKxGxH.shape[1], block=block)
   if impl == "dense":
     return dense_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT)
   if impl == "blocked":
     return blocked_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT, block=block)
-  if impl == "fused":
-    return fused_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT)
-  raise ValueError(f"attention impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
+  if impl == "cudnn":
+    return cudnn_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT)
+  return splash_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT)

@@ -61,3 +61,20 @@ def test_bf16_compute_with_fp32_master_params(ckpt):
   # bf16 keeps ~3 significant digits; errors compound over layers.
   assert np.abs(got - want).max() < 0.1 * np.abs(want).max()
   assert (got.argmax(-1) == want.argmax(-1)).mean() > 0.9
+
+
+@pytest.mark.parametrize("impl", ["dense", "blocked", "splash"])
+def test_every_cpu_attention_implementation_matches_transformers(ckpt, impl):
+  """Left-padded rows (the sampler's prefill) under each implementation that runs on
+  a CPU ('splash' in the Pallas interpreter); 'cudnn' is checked on a GPU by
+  launch/gpu_check.py."""
+  model, _ = load_hf(ckpt.path)
+  model.set_memory_options(attention=impl, attention_block=32)
+  ids = tiny_hf.random_ids(2, 80, seed=3)
+  lengths = [80, 51]
+  padded, mask = np.zeros_like(ids), np.zeros(ids.shape, bool)
+  for b, n in enumerate(lengths):
+    padded[b, 80 - n:], mask[b, 80 - n:] = ids[b, :n], True
+  got = np.asarray(model(padded, mask))
+  for b, n in enumerate(lengths):
+    _assert_close(got[b, 80 - n:], tiny_hf.hf_logits(ckpt.hf_model, ids[b:b + 1, :n])[0])
