@@ -15,6 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
+
+from graft_jax.sharding.place import batch_shards, batch_sharding
 
 
 LOGITS_CHUNK = 512  # positions per logits block in `token_logprobs`
@@ -73,13 +76,47 @@ def _token_logprobs_split(graphdef, state, ids_BxT, attn_mask_BxT, temperature):
                         temperature=temperature)
 
 
+def row_sharding(model) -> NamedSharding | None:
+  """How scoring splits rows: over the batch rule ('data' x 'fsdp') of the mesh the
+  model's parameters live on, so each device scores its own rows against the
+  gathered weights (FSDP's pattern). None for a model on one device."""
+  leaf = jax.tree.leaves(nnx.state(model))[0]
+  sharding = getattr(leaf, "sharding", None)
+  if not isinstance(sharding, NamedSharding) or sharding.mesh.size == 1:
+    return None
+  return batch_sharding(sharding.mesh)
+
+
+def row_shards(model) -> int:
+  """How many parts `row_sharding` splits a scoring batch's rows into."""
+  sharding = row_sharding(model)
+  return 1 if sharding is None else batch_shards(sharding.mesh)
+
+
+def _place(x, sharding):
+  """A host array laid out by ``sharding`` (every process holds the whole array)."""
+  x = np.asarray(x)
+  if sharding is None:
+    # Host arrays go straight to the compiled program: `jnp.asarray` would compile
+    # a staging program for every new shape.
+    return x
+  return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
+
+
 def token_logprobs_jit(model, ids_BxT, attn_mask_BxT, *, temperature=1.0):
-  """Compiled `token_logprobs`; recompiles only for new shapes, not new weights."""
+  """Compiled `token_logprobs`; recompiles only for new shapes, not new weights.
+
+  On a mesh, rows are split over its batch axes (`row_sharding`; B must divide
+  by `row_shards`) and the result comes back to every process whole.
+  """
   graphdef, state = nnx.split(model)
-  # Host arrays go straight to the compiled program: `jnp.asarray` would compile
-  # a staging program for every new shape.
-  return _token_logprobs_split(graphdef, state, np.asarray(ids_BxT), np.asarray(attn_mask_BxT),
-                               np.float32(temperature))
+  sharding = row_sharding(model)
+  logp_BxT = _token_logprobs_split(graphdef, state, _place(ids_BxT, sharding),
+                                   _place(attn_mask_BxT, sharding), np.float32(temperature))
+  if sharding is not None:
+    logp_BxT = jax.jit(lambda x: x, out_shardings=NamedSharding(sharding.mesh, PartitionSpec()))(
+        logp_BxT)
+  return logp_BxT
 
 
 def bucket_length(longest: int, cap: int = 0, *, align: int = 16, floor: int = 128) -> int:
