@@ -8,7 +8,7 @@ evaluations, a run resumed after a preemption, the next experiment on the same
 shapes. The key is JAX's own (the program, its compile options, the jaxlib
 version and the device kind), so a hit is the executable a fresh compile would
 build for this machine. XLA's CPU code is compiled for the host processor's
-instruction set (`graft_jax.toy.build_machine`), which JAX's key does not
+instruction set (`graft_jax.host_fingerprint`), which JAX's key does not
 capture, so the folder is split by a tag of the processor, its feature flags,
 jaxlib and ``XLA_FLAGS``: a home directory shared by different machines never
 hands one of them another's CPU code.
@@ -33,7 +33,7 @@ from pathlib import Path
 import jax
 from jax.experimental.compilation_cache import compilation_cache
 
-from graft_jax.toy import build_machine
+from graft_jax import host_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +46,10 @@ def machine_tag(cpuinfo: str | None = None) -> str:
   """16 hex digits naming what compiled XLA code depends on besides the program:
   the processor and its feature flags, jaxlib, ``XLA_FLAGS``."""
   if cpuinfo is None:
-    cpuinfo = build_machine.read_cpuinfo()
-  fields = build_machine.cpuinfo_fields(cpuinfo)
+    cpuinfo = host_fingerprint.read_cpuinfo()
+  fields = host_fingerprint.cpuinfo_fields(cpuinfo)
   flags = " ".join(sorted(fields.get("flags", fields.get("Features", "")).split()))
-  key = dict(build_machine.fingerprint(cpuinfo), flags=flags)
+  key = dict(host_fingerprint.fingerprint(cpuinfo), flags=flags)
   return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 

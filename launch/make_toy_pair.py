@@ -19,7 +19,7 @@ import time
 from graft_jax import toy
 from graft_jax.toy import pair as pair_lib
 from graft_jax.toy import rebuild_check
-from graft_jax.toy.evaluate import format_table, pass_rate_table
+from graft_jax.toy.skill_table import format_table, pass_rate_table
 
 
 def main():

@@ -1,5 +1,6 @@
 """compile_cache: the machine tag, and a program compiled by one process loaded by the next."""
 
+import ast
 import json
 import os
 import subprocess
@@ -84,3 +85,12 @@ def test_a_second_process_loads_what_the_first_compiled(tmp_path):
   second = run()
   assert first["hits"] == 0 and second["hits"] >= 1
   assert second["out"] == first["out"]
+
+
+def test_imports_of_graft_jax_are_the_host_fingerprint_alone():
+  # The cache sits below every package that enables it (train, toy, experiments, launch).
+  tree = ast.parse(open(compile_cache.__file__, encoding="utf-8").read())
+  names = {f"{n.module}.{a.name}" if isinstance(n, ast.ImportFrom) else a.name
+           for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+           for a in n.names}
+  assert {n for n in names if n.startswith("graft_jax")} == {"graft_jax.host_fingerprint"}

@@ -27,9 +27,9 @@ import random
 import jax
 from flax import nnx
 
+from graft_jax import host_fingerprint
 from graft_jax.data.problem import Problem
 from graft_jax.models import save_hf
-from graft_jax.toy import build_machine
 from graft_jax.toy import group_pools
 from graft_jax.toy import pools as pools_lib
 from graft_jax.toy import spec as spec_lib
@@ -182,7 +182,7 @@ def ensure_toy_pair(root: str | Path = spec_lib.DEFAULT_ROOT,
   A shipped build (`PREBUILT`) with the same key is copied instead of built.
 
   With `evaluate`, a fresh build also measures the pass-rate table
-  (`graft_jax.toy.evaluate`) and stores it in `root/toy_pair.json`.
+  (`graft_jax.toy.skill_table`) and stores it in `root/toy_pair.json`.
   """
   cfg = cfg or spec_lib.default_config()
   root = Path(root)
@@ -211,10 +211,10 @@ def ensure_toy_pair(root: str | Path = spec_lib.DEFAULT_ROOT,
     record = dict(key=key, recipe=spec_lib.RECIPE_VERSION,
                   prompt_suffix=spec_lib.PROMPT_SUFFIX, config=cfg.to_json(),
                   models=models, files=file_hashes(tmp, names),
-                  build_machine=build_machine.fingerprint(),
+                  build_machine=host_fingerprint.fingerprint(),
                   build_seconds=time.perf_counter() - start)
     if evaluate:
-      from graft_jax.toy.evaluate import pass_rate_table  # pylint: disable=import-outside-toplevel
+      from graft_jax.toy.skill_table import pass_rate_table  # pylint: disable=import-outside-toplevel
       eval_start = time.perf_counter()
       record["pass_rates"] = pass_rate_table([tmp / f for f in names], cfg)
       record["eval_seconds"] = time.perf_counter() - eval_start

@@ -1,7 +1,7 @@
 """Rebuild the shipped toy pair from its recipe and compare it with the files in the repo.
 
 On a machine like the one that built it (same processor kind, jaxlib and
-XLA_FLAGS: `build_machine.fingerprint`), the rebuild must match every file bit
+XLA_FLAGS: `host_fingerprint.fingerprint`), the rebuild must match every file bit
 for bit. Elsewhere the tokenizers and configs must still match bit for bit (no
 floating point goes into them), and the weights, which XLA computes with the
 host's vector width and cache blocking, must give a pair of the same competence
@@ -27,7 +27,7 @@ import math
 import tempfile
 from pathlib import Path
 
-from graft_jax.toy import build_machine
+from graft_jax import host_fingerprint
 from graft_jax.toy import pair as pair_lib
 from graft_jax.toy import spec as spec_lib
 
@@ -119,7 +119,7 @@ def compare_tables(shipped: dict, rebuilt: dict, n: int) -> tuple[Comparison, ..
 
 def check(cfg: spec_lib.ToyPairConfig | None = None) -> RebuildCheck:
   """Rebuild the default pair in a temporary folder and compare it with `pair.PREBUILT`."""
-  from graft_jax.toy.evaluate import pass_rate_table  # pylint: disable=import-outside-toplevel
+  from graft_jax.toy.skill_table import pass_rate_table  # pylint: disable=import-outside-toplevel
 
   cfg = cfg or spec_lib.default_config()
   shipped = pair_lib.read_record(pair_lib.PREBUILT) or {}

@@ -4,32 +4,10 @@ import math
 
 import pytest
 
-from graft_jax.toy import build_machine
 from graft_jax.toy import rebuild_check as rc
-
-CPUINFO = """processor\t: 0
-vendor_id\t: GenuineIntel
-cpu family\t: 6
-model\t\t: 207
-model name\t: Intel(R) Xeon(R) Processor
-stepping\t: 2
-
-processor\t: 1
-vendor_id\t: GenuineIntel
-model\t\t: 999
-"""
 
 HERE = {"cpu": "GenuineIntel / Intel(R) Xeon(R) Processor / 6 / 207 / 2", "jaxlib": "0.10.2",
         "xla_flags": ""}
-
-
-def test_fingerprint_reads_the_first_processor(monkeypatch):
-  monkeypatch.delenv("XLA_FLAGS", raising=False)
-  got = build_machine.fingerprint(CPUINFO)
-  assert got["cpu"] == HERE["cpu"]
-  assert got["xla_flags"] == ""
-  monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=AVX2")
-  assert build_machine.fingerprint(CPUINFO)["xla_flags"] == "--xla_cpu_max_isa=AVX2"
 
 
 def test_bound_by_hand():

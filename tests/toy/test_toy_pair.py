@@ -63,7 +63,7 @@ def test_same_seed_builds_identical_files(tiny_pair, tmp_path):
 
 
 def test_pass_rate_table_runs_on_the_real_sampler_and_reward(tiny_pair):
-  from graft_jax.toy.evaluate import format_table, pass_rate_table
+  from graft_jax.toy.skill_table import format_table, pass_rate_table
 
   cfg = toy.tiny_config()
   table = pass_rate_table([tiny_pair.model_a, tiny_pair.model_b], cfg)

@@ -1,12 +1,14 @@
-"""What a toy-pair build's floating-point results depend on besides its recipe.
+"""What compiled XLA CPU code depends on besides the program: the processor, jaxlib, XLA_FLAGS.
 
 XLA's CPU code is compiled for the host processor: its vector width, its
 instruction set and its cache sizes choose how each matmul and reduction is
-split and summed. The same recipe therefore gives the same weights bit for bit
-on processors of one kind, and slightly different weights on another (measured:
-the shipped pair's warm start, rebuilt on a processor of another model, ends
-with different bits, and capping XLA at AVX2 on one machine changes them too).
-A build records this fingerprint, so a rebuild can tell the two cases apart.
+split and summed. So the same program gives the same bits on processors of one
+kind, and slightly different ones on another (or with XLA capped at another
+instruction set). Two users read this fingerprint: the compilation cache
+(`graft_jax.compile_cache`) keeps one folder per fingerprint, so machines that
+share a home never load each other's code, and a toy-pair build records it
+(`graft_jax.toy.pair`), so a rebuild can tell a changed recipe from another
+processor (`graft_jax.toy.rebuild_check`). It imports nothing of graft_jax.
 """
 
 from __future__ import annotations
