@@ -46,7 +46,7 @@ PRESETS = {
     'delta0': _set(**{'graft.delta': 0.0}),
     'delta0.9': _set(**{'graft.delta': 0.9}),
     'dr_grpo': _set(scale_by_std=False),
-    # Rollouts from vLLM sidecars instead of the JAX sampler (README: vLLM).
+    # Rollouts from vLLM sidecars instead of the JAX sampler (docs/vllm.md).
     'vllm': _set(engine='vllm'),
 }
 
@@ -101,7 +101,7 @@ def pair_config(arg, *, pair, model_a, model_b):
   # micro-batch, each block rematerialised, blocks under a scan, attention by the
   # backend's flash kernel ('auto': cuDNN on GPUs), the JAX sampler's KV cache under
   # 32 GiB per call.
-  # launch/plan.py prints what this takes per device (README: real pairs).
+  # launch/plan.py prints what this takes per device (docs/configs.md).
   c.mesh.update(dict(data=1, fsdp=-1, tensor=1))
   c.micro_batch_tokens = 6144
   c.remat = 'full'

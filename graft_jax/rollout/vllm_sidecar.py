@@ -220,7 +220,7 @@ class VLLMSidecar:
       raise SidecarError(f"{self.name}: sidecar already started")
     if not os.path.exists(self.options.python):
       raise SidecarError(f"{self.name}: no vLLM interpreter at {self.options.python!r}; "
-                         "create it with `make vllm-venv` (see README)")
+                         "create it with `make vllm-venv` (docs/vllm.md)")
     self.run_dir.mkdir(parents=True, exist_ok=True)
     self.port = free_port()
     self.starts += 1
