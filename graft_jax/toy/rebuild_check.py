@@ -15,9 +15,8 @@ n = eval_per_family * eval_samples (two independent binomial estimates; the
 floor keeps a near-zero share from demanding exact equality). Pass rates are
 printed beside it but not bounded: they also depend on how well each build
 learned its single-digit facts, which varies between builds by more than
-sampling noise (toy_b's multiplication: 0.564 shipped, 0.653 and 0.539 in two
-rebuilds on another processor, while its correct-procedure share was 0.740,
-0.744 and 0.743).
+sampling noise while the correct-procedure shares agree (RESULTS.md has two
+rebuilds on another processor).
 """
 
 from __future__ import annotations

@@ -134,9 +134,9 @@ def default_config(seed: int = 0) -> ToyPairConfig:
   A model's habitual word (toy_a's "up", toy_b's "down") is the bug on its
   weak family (`graft_jax.data.synthetic_columns`), so RL that sharpens the
   habit on the strong family does not teach the weak one. Each strategy word
-  must be one token in both tokenizers (a test checks): an earlier toy_a
-  vocabulary without a merge for its word spent four untrained tokens on it,
-  and the gate saw 20 nats where the prior gives 6.
+  must be one token in both tokenizers (a test checks): spread over several
+  rarely trained tokens, it would cost the gate far more than the prior's
+  5.5 nats.
   Heads are 32 wide: vLLM's CPU attention backend refuses head_dim 16, and the
   pair must also serve from vLLM sidecars (`configs/toy.py:vllm`).
   """

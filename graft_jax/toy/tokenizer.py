@@ -3,9 +3,9 @@
 Qwen-like (model A): byte-level BPE, every digit its own token. SmolLM3-like
 (model B): character BPE over printable ASCII whose pre-tokens keep a word with
 its leading space and punctuation (" up:", "."), also one token per digit.
-B once chunked numbers by two digits, as Llama 3 chunks by three; a 332k
-model could not learn column traces over 2-digit tokens (the carry digit is
-half of a token), so both split digits. Different vocabularies, byte-level vs
+Both split digits, although Llama 3 chunks numbers by three: over multi-digit
+tokens the carry digit of a column trace is part of a token, which a model of
+the toy's size does not learn. Different vocabularies, byte-level vs
 character alphabets and different word splits keep the tokenizers
 incompatible, as in the paper's pairs, though closer than real ones.
 """
