@@ -4,9 +4,10 @@
 
 A narrow Qwen3-architecture model (hidden 256, 4 heads / 2 KV heads, head_dim 64,
 vocabulary 8,192, remat on every block) is built abstractly (no weights), and the
-update that training runs (graft_jax.train.microbatch.accumulated_update) is lowered
-and compiled for one CPU device, one row of --length tokens; lowering and XLA
-compilation are timed apart. Each configuration is a fresh jit, so nothing is cached
+update that training runs (its micro-batch gradient program and its optimizer step,
+graft_jax.train.update.update_program) is lowered and compiled for one CPU device,
+one row of --length tokens; lowering and XLA compilation are timed apart, each the
+sum over the two programs. Each configuration is a fresh jit, so nothing is cached
 (no persistent compilation cache is configured). A script, not a test: wall times.
 """
 
@@ -14,13 +15,14 @@ import dataclasses
 import time
 
 import jax
+import jax.numpy as jnp
 from absl import app, flags
 
 from graft_jax.models.config import ModelConfig
-from graft_jax.sharding import MeshConfig, make_mesh
-from graft_jax.sharding.memory_plan import lower_update
+from graft_jax.plan.memory import abstract_model
 from graft_jax.train.config import OptimizerConfig
-from graft_jax.train.update import PpoLoss, make_optimizer
+from graft_jax.train.methods.base import ClippedTokenLoss
+from graft_jax.train.update import make_optimizer, update_program
 
 _LAYERS = flags.DEFINE_list("layers", ["4", "16", "28"], "decoder depths to compile")
 _LENGTH = flags.DEFINE_integer("length", 512, "tokens per row")
@@ -34,21 +36,22 @@ def narrow(layers: int) -> ModelConfig:
 
 
 def main(_):
-  mesh = make_mesh(MeshConfig(1, 1, 1), jax.devices()[:1])
   tx = make_optimizer(OptimizerConfig())
   print(f"narrow Qwen3 (hidden 256), 1 row x {_LENGTH.value} tokens, remat full, "
         f"{_ATTENTION.value} attention, backend {jax.default_backend()}")
   print(f"{'layers':>6} {'layers as':>10} {'lower s':>8} {'compile s':>10}")
   for layers in map(int, _LAYERS.value):
     for scan in (True, False):
+      graphdef, params = abstract_model(narrow(layers), param_dtype=jnp.float32,
+                                        dtype=jnp.bfloat16, remat="full", scan_layers=scan,
+                                        attention=_ATTENTION.value, attention_block=128)
       t0 = time.perf_counter()
-      lowered, _, _ = lower_update(narrow(layers), mesh, tx, PpoLoss(), rows_per_device=1,
-                                   length=_LENGTH.value, minibatch_rows=1, remat="full",
-                                   scan_layers=scan, attention=_ATTENTION.value,
-                                   attention_block=128)
+      programs = update_program(graphdef, params, tx, ClippedTokenLoss(), rows=1,
+                                length=_LENGTH.value)
+      lowered = [fn.lower(*args) for fn, args in programs]
       t1 = time.perf_counter()
-      with jax.set_mesh(mesh):
-        lowered.compile()
+      for program in lowered:
+        program.compile()
       t2 = time.perf_counter()
       print(f"{layers:>6} {'scan' if scan else 'unrolled':>10} {t1 - t0:>8.2f} {t2 - t1:>10.2f}",
             flush=True)
