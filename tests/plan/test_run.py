@@ -2,7 +2,7 @@
 
 import pytest
 
-from graft_jax.sharding import run_plan
+from graft_jax.plan import run as run_plan
 from graft_jax.train import config as config_lib
 from graft_jax.train import config_load
 
@@ -75,7 +75,7 @@ def test_plan_of_three_models_counts_every_other_models_state(tmp_path):
     base.set_models(cd, models)
     cd.max_prompt_len, cd.max_response_len = 16, 48
   cfg = config_lib.from_config_dict(cd)
-  mesh, available, table = run_plan.plan(cfg, jax.devices()[:1], 10**9)
+  mesh, available, table = run_plan.plan(cfg, jax.devices()[:1], 10**10, platform="cpu")
   assert [r["name"] for r in table] == ["a", "b", "c"]
   state = {r["name"]: r["mem"].params + r["mem"].opt_state for r in table}
   for r in table:

@@ -1,20 +1,26 @@
 """The memory plan of a run config (a pair or ``models`` of any length): each model's update
-and JAX-sampler KV cache on the config's mesh, whether they fit in the trainer's share of a
-device next to the other models' resident states, and (with vLLM) each server's share,
-weights and KV-cache budget."""
+and JAX sampler on the config's mesh, whether they fit in the trainer's share of a device
+next to the other models' resident states and a stated workspace margin, and (with vLLM)
+each server's share, weights and KV-cache budget.
+
+Sampling holds, beside every model's state, the sampler's KV cache for one call at its
+final size (allocated once per call) and the weights it decodes from: one copy in the
+compute dtype, whole on every device (`graft_jax.rollout.decode_weights`). The margin
+covers what no compiled program reports: the CUDA context, cuBLAS / cuDNN workspaces,
+NCCL buffers and allocator fragmentation.
+"""
 
 from __future__ import annotations
 
 import json
 import pathlib
 
+import jax
 import jax.numpy as jnp
 
 from graft_jax.models.config import ModelConfig
+from graft_jax.plan.memory import abstract_model, largest_rows, update_memory
 from graft_jax.rollout.kv_budget import KVBudgetError, bucket, call_plan, kv_bytes_per_prompt
-import jax
-
-from graft_jax.sharding.memory_plan import abstract_model, largest_rows, update_memory
 from graft_jax.sharding.mesh import MeshConfig, make_mesh
 from graft_jax.sharding.place import batch_shards
 from graft_jax.sharding.report import format_bytes
@@ -38,6 +44,8 @@ def model_config(model) -> ModelConfig:
 
 # JAX preallocates this share of a GPU when XLA_PYTHON_CLIENT_MEM_FRACTION is unset.
 JAX_DEFAULT_MEM_FRACTION = 0.75
+# Per device, for what no program's memory analysis holds (see the module docstring).
+WORKSPACE_MARGIN_BYTES = 4 * 2**30
 
 
 def trainer_fraction(cfg) -> float:
@@ -93,30 +101,40 @@ def sampler_kv_bytes(cfg, model_cfg, row_shards: int = 1) -> tuple[int, bool]:
     return per_prompt, False  # the sampler would refuse the run
 
 
-def plan(cfg, devices, device_bytes: int, *, reserve_fraction: float = 0.0):
-  """Rows of (name, UpdateMemory, largest rows per device, sampler KV) for each model of
-  ``cfg``; every policy lives on the same devices, so their fixed states add up, and
-  the sampler's KV cache sits next to them while it decodes."""
-  from graft_jax.train.step import loss_spec
-  from graft_jax.train.update import make_optimizer
+def decode_weight_bytes(cfg, model_cfg) -> int:
+  """The JAX sampler's copy of the weights in the compute dtype (0 with vLLM)."""
+  if cfg.engine != "jax":
+    return 0
+  return num_params(model_cfg) * jnp.dtype(cfg.dtype).itemsize
+
+
+def plan(cfg, devices, device_bytes: int, *, reserve_fraction: float = 0.0,
+         platform: str = "gpu", margin_bytes: int = WORKSPACE_MARGIN_BYTES):
+  """Rows of (name, UpdateMemory, largest rows per device, sampler bytes) for each model
+  of ``cfg``, its programs traced for ``platform``; every policy lives on the same
+  devices, so their fixed states add up, and the sampler's KV cache and bf16 weights
+  sit next to them while it decodes."""
+  from graft_jax.train import methods  # pylint: disable=import-outside-toplevel
+  from graft_jax.train.update import make_optimizer  # pylint: disable=import-outside-toplevel
   m = cfg.mesh
   mesh = make_mesh(MeshConfig(m.data, m.fsdp, m.tensor), devices)
   length = cfg.max_prompt_len + cfg.max_response_len
   rows_cfg = max(1, cfg.micro_batch_tokens // length) if cfg.micro_batch_tokens else None
   minibatch_rows = cfg.prompts_per_step // cfg.num_minibatches * cfg.n
-  tx, spec = make_optimizer(cfg.optimizer), loss_spec(cfg)
+  tx, loss = make_optimizer(cfg.optimizer), methods.make(cfg).loss_fn
   kw = dict(length=length, minibatch_rows=minibatch_rows, param_dtype=jnp.dtype(cfg.param_dtype),
             dtype=jnp.dtype(cfg.dtype), remat=cfg.remat, scan_layers=cfg.scan_layers,
-            attention=cfg.attention_impl, attention_block=cfg.attention_block)
+            attention=cfg.attention_impl, attention_block=cfg.attention_block, platform=platform)
   out = []
   for model in policy_configs(cfg):
     mc = model_config(model)
-    mems = {r: update_memory(mc, mesh, tx, spec, rows_per_device=r, **kw)
+    mems = {r: update_memory(mc, mesh, tx, loss, rows_per_device=r, **kw)
             for r in sorted({1, 2, rows_cfg or 1})}
+    kv, kv_ok = sampler_kv_bytes(cfg, mc, batch_shards(mesh))
     out.append((model.name, mems, rows_cfg or minibatch_rows,
-                sampler_kv_bytes(cfg, mc, batch_shards(mesh))))
+                (kv + decode_weight_bytes(cfg, mc), kv_ok)))
   fixed = sum(mems[1].params + mems[1].opt_state for _, mems, _, _ in out)
-  available = int(device_bytes * min(trainer_fraction(cfg), 1 - reserve_fraction))
+  available = int(device_bytes * min(trainer_fraction(cfg), 1 - reserve_fraction)) - margin_bytes
   table = []
   for name, mems, rows, (kv, kv_ok) in out:
     other = fixed - (mems[1].params + mems[1].opt_state)  # the peers' states stay resident
@@ -129,13 +147,15 @@ def plan(cfg, devices, device_bytes: int, *, reserve_fraction: float = 0.0):
   return mesh, available, table
 
 
-def format_plan(mesh, available, table, length: int) -> str:
+def format_plan(mesh, available, table, length: int,
+                margin_bytes: int = WORKSPACE_MARGIN_BYTES) -> str:
   head = (f"{'model':<16}{'params':>11}{'optimizer':>11}{'grads*':>11}{'temps':>11}"
-          f"{'peers state':>12}{'update':>11}{'sampler KV':>12}{'sampling':>11}  fit   "
+          f"{'peers state':>12}{'update':>11}{'sampler':>12}{'sampling':>11}  fit   "
           f"rows/dev  (largest)")
   lines = [f"{dict(mesh.shape)} x {mesh.devices.size} devices, {format_bytes(available)} "
-           f"available per device to the trainer (xla_mem_fraction, or JAX's default "
-           f"{JAX_DEFAULT_MEM_FRACTION}), micro-batch rows of {length} tokens", head]
+           f"per device to the trainer (xla_mem_fraction, or JAX's default "
+           f"{JAX_DEFAULT_MEM_FRACTION}, less a {format_bytes(margin_bytes)} workspace margin), "
+           f"micro-batch rows of {length} tokens", head]
   for r in table:
     m = r["mem"]
     lines.append(f"{r['name']:<16}{format_bytes(m.params):>11}{format_bytes(m.opt_state):>11}"
@@ -143,7 +163,9 @@ def format_plan(mesh, available, table, length: int) -> str:
                  f"{format_bytes(r['peer_state']):>12}{format_bytes(r['update']):>11}"
                  f"{format_bytes(r['kv']):>12}{format_bytes(r['sampling']):>11}  "
                  f"{'yes' if r['fits'] else 'NO ':<5} {r['rows']:>8}  ({r['largest_rows']})")
-  lines.append("* grads: the fp32 accumulator, counted inside temps. update: its arguments, "
-               "outputs and temps + the other models' states; sampling: every model's state "
-               "+ the JAX sampler's KV cache (0 with vLLM)")
+  lines.append("* grads: the fp32 accumulator, an argument of the gradient program. update: "
+               "the larger of the gradient program (+ optimizer state) and the optimizer step, "
+               "+ the other models' states; sampler: the JAX sampler's KV cache for one call "
+               "+ its weights in the compute dtype (0 with vLLM); sampling: every model's "
+               "state + the sampler")
   return "\n".join(lines)

@@ -1,0 +1,313 @@
+"""The training side of a GRAFT step on one GPU, with the machine's own preinstalled JAX.
+
+  benchmarks/gpu_check.sh [--json=$OUT/gpu_check.json]       # on the GPU machine
+  .venv/bin/python benchmarks/gpu_check.py --dry               # the same code, tiny, on CPU
+
+Prints, for a randomly initialised Qwen3-1.7B (fp32 master weights, bf16 compute,
+every block rematerialised, blocks under a scan) at rows of 4,096 and 8,192 tokens:
+
+- attention: each implementation's forward + backward time and its program's scratch
+  memory (XLA's memory analysis), and its largest difference from 'dense';
+- update: the library's update programs (the micro-batch gradient loop and the
+  optimizer step), tokens/s, MFU against ``--peak_tflops`` and the device's peak
+  memory against the programs' own memory analysis (the plan's prediction);
+- scoring: `score_rows` (teacher-forced log-probs) tokens/s and MFU;
+- sampler: `JaxSamplerEngine` tokens/s from bf16 weights against its HBM-bound ceiling
+  at ``--hbm_tbps`` (`graft_jax.plan.costs`).
+
+Each section runs on its own and prints one line per figure; a section that fails
+prints one line saying why and the rest still run. ``--json`` writes every figure.
+Timings are the median of ``--reps`` calls after one warm-up call.
+"""
+
+from __future__ import annotations
+
+import _path  # noqa: F401  (the repository root on sys.path)
+
+import dataclasses
+import json
+import statistics
+import sys
+import time
+import traceback
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+from flax import nnx
+
+from graft_jax.models import attention as attention_lib
+from graft_jax.models.config import ModelConfig
+from graft_jax.models.decoder import init_model
+from graft_jax.plan import costs
+
+_DRY = flags.DEFINE_bool("dry", False, "tiny model and lengths, any backend (a CPU smoke run)")
+_LENGTHS = flags.DEFINE_list("lengths", ["4096", "8192"], "row lengths of the update and attention")
+_MICRO = flags.DEFINE_integer("micro_batches", 4, "one-row micro-batches per optimizer step")
+_REPS = flags.DEFINE_integer("reps", 3, "timed calls after the warm-up")
+_PEAK = flags.DEFINE_float("peak_tflops", 989.0, "dense bf16 peak of the device (H200: 989)")
+_HBM = flags.DEFINE_float("hbm_tbps", 4.8, "HBM bandwidth, TB/s (H200: 4.8)")
+_SECTIONS = flags.DEFINE_list("sections", ["attention", "update", "scoring", "sampler"],
+                              "which parts to run")
+_JSON = flags.DEFINE_string("json", "", "write every figure here as JSON")
+
+# The --dry model: Qwen3's features (GQA, q/k norm) at toy sizes.
+DRY_MODEL = ModelConfig(model_type="qwen3", vocab_size=512, hidden_size=64, intermediate_size=128,
+                        num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, qk_norm=True,
+                        tie_word_embeddings=True)
+DRY_LENGTHS = (128, 256)
+
+
+def model_config() -> ModelConfig:
+  return DRY_MODEL if _DRY.value else ModelConfig.qwen3_1p7b()
+
+
+def lengths() -> list[int]:
+  return list(DRY_LENGTHS) if _DRY.value else [int(x) for x in _LENGTHS.value]
+
+
+def median_seconds(fn, reps: int) -> float:
+  """Median wall seconds of ``fn()`` (which blocks on its result) after one warm-up."""
+  fn()
+  times = []
+  for _ in range(max(reps, 1)):
+    t0 = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - t0)
+  return statistics.median(times)
+
+
+def peak_bytes() -> int | None:
+  """The device's peak bytes in use so far in this process (None where not reported)."""
+  stats = jax.devices()[0].memory_stats() or {}
+  return stats.get("peak_bytes_in_use")
+
+
+def program_bytes(compiled) -> dict:
+  """XLA's memory analysis of a compiled program: arguments, outputs, scratch, and the
+  total it needs at once (donated arguments counted once)."""
+  m = compiled.memory_analysis()
+  if m is None:
+    return {}
+  total = (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+           + m.temp_size_in_bytes)
+  return {"arguments": int(m.argument_size_in_bytes), "outputs": int(m.output_size_in_bytes),
+          "temp": int(m.temp_size_in_bytes), "total": int(total)}
+
+
+def gib(x) -> str:
+  return "n/a" if x is None else f"{x / 2**30:.2f} GiB"
+
+
+def attention_section(out: dict) -> None:
+  """Forward + backward of one layer's attention at the model's head shapes."""
+  cfg = model_config()
+  k, g, h = cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim
+  impls = ["dense", "blocked"] + (["cudnn"] if jax.default_backend() == "gpu" else [])
+  if "cudnn" not in impls:
+    print(f"attention: cudnn skipped (backend {jax.default_backend()})")
+  for t in lengths():
+    rng = np.random.default_rng(t)
+    draw = lambda *shape: jnp.asarray(rng.normal(size=shape), jnp.bfloat16)
+    q, kk, v, ct = draw(1, t, k, g, h), draw(1, t, k, h), draw(1, t, k, h), draw(1, t, k, g, h)
+    mask = jnp.asarray(np.arange(t)[None] < t - t // 16)  # a right-padded row
+    want = None
+    for impl in impls:
+      key = f"attention/{impl}/{t}"
+      try:
+        fwd = jax.jit(lambda q, kk, v, impl=impl: attention_lib.attention(q, kk, v, mask,
+                                                                          impl=impl))
+        loss = lambda q, kk, v, impl=impl: (attention_lib.attention(q, kk, v, mask, impl=impl)
+                                            .astype(jnp.float32) * ct).sum()
+        step = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+        compiled = step.lower(q, kk, v).compile()
+        seconds = median_seconds(lambda: jax.block_until_ready(compiled(q, kk, v)), _REPS.value)
+        got = np.asarray(fwd(q, kk, v).astype(jnp.float32))[np.asarray(mask)]
+        want = got if want is None else want
+        diff = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-9))
+        mem = program_bytes(compiled)
+        out[key] = {"seconds": seconds, "max_rel_diff_vs_dense": diff, **mem}
+        print(f"attention {impl:8s} T={t}: fwd+bwd {1e3 * seconds:8.2f} ms, scratch "
+              f"{gib(mem.get('temp'))}, max |out - dense| / max |dense| {diff:.2e}")
+      except Exception as e:  # pylint: disable=broad-except
+        out[key] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+        print(f"attention {impl:8s} T={t}: failed: {out[key]['error']}")
+
+
+def bf16_model(cfg: ModelConfig, **memory):
+  model = init_model(cfg, rngs=nnx.Rngs(0), param_dtype=jnp.float32, dtype=jnp.bfloat16)
+  model.set_memory_options(**memory)
+  return model
+
+
+def update_section(out: dict) -> None:
+  """The library's update programs on micro-batches of one row of T tokens, with
+  attention 'auto'; if that fails, again with 'blocked'."""
+  update_with(out, "auto")
+  if any("error" in v for k, v in out.items() if k.startswith("update/")):
+    update_with(out, "blocked", suffix="/blocked")
+
+
+def update_with(out: dict, attention: str, suffix: str = "") -> None:
+  from graft_jax.train.config import OptimizerConfig  # pylint: disable=import-outside-toplevel
+  from graft_jax.train.methods.base import ClippedTokenLoss  # pylint: disable=import-outside-toplevel
+  from graft_jax.train.update import make_optimizer, update_program  # pylint: disable=import-outside-toplevel
+
+  cfg, m = model_config(), _MICRO.value
+  model = bf16_model(cfg, remat="full", scan_layers=True, attention=attention)
+  graphdef, params = nnx.split(model)
+  tx, loss = make_optimizer(OptimizerConfig(lr=1e-6)), ClippedTokenLoss()
+  opt_state = jax.jit(tx.init)(params)
+  print(f"update: {cfg.model_type} with {costs.all_params(cfg) / 1e9:.2f} B parameters, "
+        f"attention {attention_lib.describe_impl(attention, dtype=jnp.bfloat16, head_dim=cfg.head_dim, length=max(lengths()))}")
+  for t in lengths():
+    key = f"update/{t}{suffix}"
+    try:
+      (grads_fn, grad_args), (apply_fn, apply_args) = update_program(
+          graphdef, params, tx, loss, rows=1, length=t, slots=m)
+      rng = np.random.default_rng(t)
+      specs = {f.name: getattr(grad_args[2], f.name) for f in dataclasses.fields(loss.Batch)}
+      batch = loss.Batch(**{name: _fill(name, spec.shape, rng, cfg.vocab_size).astype(spec.dtype)
+                            for name, spec in specs.items()})
+      scalars = {"share": np.full(m, 1 / m, np.float32), "from_update": np.zeros(m, np.float32),
+                 **{k: np.full(m, v, np.float32) for k, v in loss.totals(_flat(batch)).items()}}
+      grad_c = grads_fn.lower(*grad_args).compile()
+      apply_c = apply_fn.lower(*apply_args).compile()
+      predicted = max(program_bytes(grad_c).get("total", 0), program_bytes(apply_c).get("total", 0))
+      # The optimizer state and the fp32 accumulator live beside the gradient program.
+      state_bytes = sum(x.nbytes for x in jax.tree.leaves(opt_state))
+      predicted += state_bytes
+      state = {"params": params, "opt": opt_state}
+      zeros = jax.jit(lambda p: jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), p))
+
+      def step():
+        acc, metrics = grad_c(state["params"], zeros(state["params"]), batch, scalars,
+                              np.int32(m), np.int32(0))
+        state["params"], state["opt"], norm = apply_c(state["params"], state["opt"], acc)
+        jax.block_until_ready((state["params"], norm, metrics))
+
+      seconds = median_seconds(step, _REPS.value)
+      params, opt_state = state["params"], state["opt"]
+      tokens_s = m * t / seconds
+      mfu = tokens_s * costs.train_flops_per_token(cfg, t) / (_PEAK.value * 1e12)
+      peak = peak_bytes()
+      out[key] = {"seconds": seconds, "tokens_per_s": tokens_s, "mfu": mfu, "peak_bytes": peak,
+                  "predicted_bytes": predicted}
+      print(f"update T={t} x {m} micro-batches: {seconds:.3f} s/step, {tokens_s:,.0f} tokens/s, "
+            f"MFU {100 * mfu:.1f}%, device peak {gib(peak)} (programs' analysis + optimizer "
+            f"state {gib(predicted)})")
+    except Exception as e:  # pylint: disable=broad-except
+      out[key] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+      print(f"update T={t}: failed: {out[key]['error']}")
+      traceback.print_exc(file=sys.stderr)
+
+
+def _fill(name: str, shape, rng, vocab: int) -> np.ndarray:
+  """A micro-batch field: random ids, full rows, and losses that all count."""
+  if name == "ids":
+    return rng.integers(0, vocab, shape)
+  if name in ("attn", "resp_mask", "ppo", "weight", "is_self", "cap_ratio"):
+    return np.ones(shape)
+  if name == "old_logp":
+    return np.full(shape, -2.0)
+  if name == "adv":
+    return rng.normal(size=shape)
+  return np.zeros(shape)
+
+
+def _flat(batch):
+  """The stacked micro-batches as one batch (for the minibatch totals)."""
+  return jax.tree.map(lambda x: np.asarray(x).reshape((-1,) + np.asarray(x).shape[2:]), batch)
+
+
+def scoring_section(out: dict) -> None:
+  """`score_rows` over 16 rows at the longest length, under the update's token budget."""
+  from graft_jax.train.scoring import score_rows  # pylint: disable=import-outside-toplevel
+
+  cfg, t = model_config(), max(lengths())
+  model = bf16_model(cfg, scan_layers=True, attention="auto", score_tokens=4 * t)
+  rng = np.random.default_rng(1)
+  rows = 16
+  prompts = [rng.integers(0, cfg.vocab_size, t // 4).tolist() for _ in range(rows)]
+  responses = [rng.integers(0, cfg.vocab_size, t - t // 4 - 1).tolist() for _ in range(rows)]
+  try:
+    seconds = median_seconds(lambda: score_rows(model, prompts, responses, 0, length_cap=t),
+                             _REPS.value)
+    tokens_s = rows * (t - 1) / seconds
+    mfu = tokens_s * costs.score_flops_per_token(cfg, t) / (_PEAK.value * 1e12)
+    out["scoring"] = {"seconds": seconds, "tokens_per_s": tokens_s, "mfu": mfu, "rows": rows,
+                      "length": t}
+    print(f"scoring {rows} rows of {t} tokens: {seconds:.3f} s, {tokens_s:,.0f} tokens/s, "
+          f"MFU {100 * mfu:.1f}%")
+  except Exception as e:  # pylint: disable=broad-except
+    out["scoring"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+    print(f"scoring: failed: {out['scoring']['error']}")
+
+
+def sampler_section(out: dict) -> None:
+  """The JAX sampler from bf16 weights: prompts x n rows, every row to the token limit."""
+  from graft_jax.rollout import JaxSamplerEngine, SamplingParams  # pylint: disable=import-outside-toplevel
+
+  cfg = model_config()
+  prompts_n, n, prompt_len, new = (4, 2, 16, 32) if _DRY.value else (32, 8, 512, 1024)
+  model = init_model(cfg, rngs=nnx.Rngs(0), param_dtype=jnp.bfloat16, dtype=jnp.bfloat16)
+  model.set_memory_options(scan_layers=False, attention="auto")
+  rng = np.random.default_rng(2)
+  prompts = [rng.integers(3, cfg.vocab_size, prompt_len).tolist() for _ in range(prompts_n)]
+  # An EOS id the random model samples about once in a vocabulary's worth of tokens:
+  # rows run (almost) to the limit, the worst case.
+  engine = JaxSamplerEngine(model, eos_ids=cfg.vocab_size - 1, pad_id=0)
+  params = SamplingParams(max_new_tokens=new, temperature=1.0, seed=0)
+  try:
+    result = {}
+
+    def call():
+      result["r"] = engine.generate(prompts, n, params)
+
+    seconds = median_seconds(call, _REPS.value)
+    rows = prompts_n * n
+    tokens = sum(len(result["r"].response_ids(b)) for b in range(rows))
+    tokens_s = tokens / seconds
+    ceiling = costs.decode_tokens_per_s_ceiling(cfg, rows, prompt_len + new // 2,
+                                                _HBM.value * 1e12)
+    out["sampler"] = {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens_s,
+                      "hbm_ceiling_tokens_per_s": ceiling, "rows": rows, "prompt_len": prompt_len,
+                      "max_new_tokens": new}
+    print(f"sampler {rows} rows ({prompts_n} prompts x {n}), prompt {prompt_len}, up to {new} "
+          f"new: {seconds:.2f} s, {tokens_s:,.0f} tokens/s, {100 * tokens_s / ceiling:.0f}% of "
+          f"the HBM-bound {ceiling:,.0f} tokens/s")
+  except Exception as e:  # pylint: disable=broad-except
+    out["sampler"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+    print(f"sampler: failed: {out['sampler']['error']}")
+    traceback.print_exc(file=sys.stderr)
+
+
+SECTIONS = {"attention": attention_section, "update": update_section,
+            "scoring": scoring_section, "sampler": sampler_section}
+
+
+def main(_):
+  unknown = [s for s in _SECTIONS.value if s not in SECTIONS]
+  if unknown:
+    print(f"gpu_check: unknown section(s) {unknown}; choose from {sorted(SECTIONS)}")
+    return 2
+  device = jax.devices()[0]
+  out = {"device": device.device_kind, "backend": jax.default_backend(),
+         "jax": jax.__version__, "dry": _DRY.value}
+  print(f"gpu_check: {device.device_kind} ({jax.default_backend()}), JAX {jax.__version__}"
+        f"{', dry run' if _DRY.value else ''}")
+  for name in _SECTIONS.value:
+    t0 = time.perf_counter()
+    SECTIONS[name](out)
+    out[f"wall/{name}"] = time.perf_counter() - t0
+    print(f"  ({name}: {out[f'wall/{name}']:.0f} s including compilation)")
+    if _JSON.value:  # after every section: a run cut short keeps what it measured
+      with open(_JSON.value, "w") as f:
+        json.dump(out, f, indent=1)
+  failed = [k for k, v in out.items() if isinstance(v, dict) and "error" in v]
+  return 1 if failed else 0
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,68 @@
+"""FLOPs and bytes per phase: parameter counts against the models' own shapes, and each
+formula against a sum written out by hand."""
+
+import jax
+import pytest
+from flax import nnx
+
+from graft_jax.models.config import ModelConfig
+from graft_jax.models.decoder import init_model
+from graft_jax.plan import costs, step_time
+
+TINY = ModelConfig(model_type="qwen3", vocab_size=100, hidden_size=8, intermediate_size=12,
+                   num_layers=2, num_heads=4, num_kv_heads=2, head_dim=4, qk_norm=True)
+
+
+@pytest.mark.parametrize("cfg", [TINY, ModelConfig.qwen3_1p7b(), ModelConfig.smollm3_3b(),
+                                 ModelConfig.llama3p2_3b()], ids=["tiny", "qwen3", "smollm3", "llama"])
+def test_all_params_equals_the_models_own_arrays(cfg):
+  model = nnx.eval_shape(lambda: init_model(cfg))
+  assert costs.all_params(cfg) == sum(x.size for x in jax.tree.leaves(nnx.state(model)))
+
+
+def test_matmul_params_by_hand():
+  # per layer: q 8x16, k 8x8, v 8x8, o 16x8, MLP 3 x 8x12; LM head 8x100
+  per_layer = 8 * 16 + 8 * 8 + 8 * 8 + 16 * 8 + 3 * 8 * 12
+  assert costs.matmul_params(TINY) == 2 * per_layer + 800
+
+
+def test_per_token_flops_by_hand():
+  n = costs.matmul_params(TINY)
+  # causal attention over T=10: query t reads t+1 keys; q.k and p.v are 2 d_attn each
+  keys = sum(t + 1 for t in range(10)) / 10  # 5.5, about T/2
+  fwd_attn = 2 * TINY.num_layers * 2 * 16 * keys
+  assert costs.score_flops_per_token(TINY, 10) == pytest.approx(2 * n + fwd_attn, rel=0.1)
+  assert costs.train_flops_per_token(TINY, 10) == 3 * costs.score_flops_per_token(TINY, 10)
+  assert costs.decode_flops_per_token(TINY, 7) == 2 * n + TINY.num_layers * 2 * 2 * 16 * 7
+
+
+def test_decode_bytes_and_ceiling_by_hand():
+  kv = 2 * 2 * 2 * 4 * 2  # layers x (k, v) x kv heads x head_dim x bf16
+  assert costs.kv_bytes_per_position(TINY) == kv
+  bytes_step = 2 * costs.all_params(TINY) + 3 * 50 * kv
+  assert costs.decode_bytes_per_step(TINY, 3, 50) == bytes_step
+  assert costs.decode_tokens_per_s_ceiling(TINY, 3, 50, 1e12) == pytest.approx(3e12 / bytes_step)
+
+
+def test_sampling_reads_sum_step_by_step():
+  w = step_time.Workload(rows=8, prompt_tokens=5, response_cap=12, response_tokens=6,
+                         score_rows=8)
+  rates = step_time.Rates(peak_flops=1e30)  # bandwidth-bound
+  got = step_time.sampling(TINY, w, 2, rates)
+  kv = costs.kv_bytes_per_position(TINY)
+  per_device = 12 * 2 * costs.all_params(TINY)  # every decode step reads the weights
+  for s in range(1, 7):  # each of a device's 4 rows reads its cache until it ends
+    per_device += 4 * (5 + s) * kv
+  assert got.bytes == pytest.approx(2 * per_device)
+  assert got.seconds == pytest.approx(per_device / (0.7 * 4.8e12), rel=1e-6)
+
+
+def test_update_and_step_add_up():
+  w = step_time.Workload(rows=4, prompt_tokens=3, response_cap=8, response_tokens=5,
+                         score_rows=4, epochs=2)
+  rates = step_time.Rates()
+  got = step_time.update(TINY, w, 1, rates)
+  assert got.flops == 2 * 4 * 8 * costs.train_flops_per_token(TINY, 8)
+  assert got.seconds == pytest.approx(got.flops / (0.4 * 989e12))
+  phases = {"a": {"x": got, "y": got}, "b": {"x": got}}
+  assert step_time.step_seconds(phases) == pytest.approx(3 * got.seconds)
