@@ -5,8 +5,11 @@ and ``--config.<field>=<value>``) or to ``guard`` (any main). A project error
 (a bad config value, a missing path, a malformed data row, an unreadable
 checkpoint or model, a vLLM fault) prints one line naming the field, file or
 line and exits non-zero: 2 when the command line or config is wrong and
-nothing ran, 1 when the run stopped. ``--verbose`` (or ``GRAFT_VERBOSE=1``)
-shows the traceback instead, and third-party INFO logs.
+nothing ran, 1 when the run stopped. A run stopped by a signal after saving
+(``graft_jax.train.preemption.Stopped``) prints its one line and exits 75
+(``STOPPED_EXIT``, sysexits' EX_TEMPFAIL): the same command resumes.
+``--verbose`` (or ``GRAFT_VERBOSE=1``) shows the traceback instead, and
+third-party INFO logs.
 """
 
 from __future__ import annotations
@@ -20,12 +23,15 @@ from typing import Any, Callable, Mapping, NoReturn
 
 from absl import flags
 
-from graft_jax.train import progress
+from graft_jax import distributed
+from graft_jax.train import preemption, progress
 
 VERBOSE_ENV = "GRAFT_VERBOSE"
 USAGE_EXIT = 2  # the command line or the config is wrong; nothing ran
 ERROR_EXIT = 1  # the run stopped on bad input or a fault
-_USAGE_LABELS = ("usage error", "config error", "path error")
+STOPPED_EXIT = 75  # stopped by SIGTERM / SIGINT / SIGUSR1 after saving; rerun to resume
+_USAGE_LABELS = ("usage error", "config error", "path error",
+                 "workdir busy error")  # nothing ran
 
 
 class UsageError(ValueError):
@@ -126,6 +132,11 @@ def guard(main: Callable[..., Any], *args, sources: Mapping[str, str] | None = N
   setup_logging(verbose)
   try:
     code = main(*args)
+  except preemption.Stopped as e:
+    progress.end_phase()
+    if distributed.is_writer():  # one line per run, not per process
+      print(e, file=sys.stderr)
+    sys.exit(STOPPED_EXIT)
   except KeyboardInterrupt:
     if verbose:
       raise

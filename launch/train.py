@@ -8,6 +8,11 @@ benchmark files) is checked before a model loads; a mistake is one line
 naming the field. The run ends by writing each trained model as a Hugging
 Face folder (<workdir>/hf/<model>, `checkpoint.export_hf`) and prints each
 model's validation pass@1 and the paths it wrote.
+
+One trainer per workdir: a second one stops in one line naming the holder of
+<workdir>/trainer.lock, before any model loads. SIGTERM, SIGINT or SIGUSR1 stops
+the run after the step in flight with a checkpoint and exit code 75; the same
+command resumes. A second signal ends it at once.
 """
 
 import pathlib
@@ -17,7 +22,7 @@ from absl import flags
 
 from graft_jax import cli, distributed
 from graft_jax.train import config as config_lib
-from graft_jax.train import progress
+from graft_jax.train import preemption, progress, workdir_lock
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "where the run writes everything (default: config)")
 _STEPS = flags.DEFINE_integer("steps", None, "stop after this many steps (default: config)",
@@ -31,12 +36,20 @@ def main(config_dict):
   from graft_jax.train import setup  # JAX and the models: after the config is known to be good
   config_lib.check_paths(cfg, pending=setup.toy_pair_folders())
   setup.start_processes(cfg)  # joins a multi-process run's other processes (README: Multi-host)
+  # After start-up, whose SIGTERM handler (jax.distributed's) this replaces; a signal while
+  # the models load stops the run before its first step.
+  with preemption.StopSignals() as stop, workdir_lock.held(cfg.workdir):
+    train(cfg, stop)  # a second trainer on this workdir stopped just above
+
+
+def train(cfg, stop):
+  from graft_jax.train import setup
   if distributed.is_writer():  # process 0 writes the run's files
     config_lib.write_run_config(cfg)  # a resume that changes the math stops here
   start = time.perf_counter()
   trainer = setup.build_trainer(cfg)
   try:
-    trainer.run(_STEPS.value)
+    trainer.run(_STEPS.value, stop)
     if cfg.checkpoint.export_hf:
       progress.phase("writing each trained model as a Hugging Face folder…")
       trainer.export_hf(pathlib.Path(cfg.workdir, "hf"), dtype=cfg.checkpoint.export_dtype)

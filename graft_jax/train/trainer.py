@@ -8,10 +8,15 @@ Nothing is acknowledged before it is durable: a step's peer logs and its
 metrics row (validation included) are on disk before the checkpoint covering
 the step commits, and a resumed run drops whatever an interrupted attempt
 wrote after its checkpoint, then writes it again.
+
+SIGTERM, SIGINT and SIGUSR1 stop a run cleanly (``graft_jax.train.preemption``):
+the step in flight finishes (or, before its update, is abandoned), the last
+completed step is saved, and ``run`` raises ``preemption.Stopped``.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import pathlib
 import time
@@ -21,7 +26,7 @@ import numpy as np
 
 from graft_jax import distributed
 from graft_jax.train import (config as config_lib, config_checks, methods, metrics_file,
-                             peer_log, progress, run_inputs, storage)
+                             peer_log, preemption, progress, run_inputs, storage)
 from graft_jax.train.checkpoint import Checkpointer
 from graft_jax.train.data_stream import PromptStream
 from graft_jax.train.metrics import MetricsWriter
@@ -219,22 +224,30 @@ class Trainer:
     self.step += 1
     return metrics
 
-  def run(self, num_steps: int | None = None) -> list[dict]:
-    """Trains until ``num_steps`` (default: the config's) and saves the last step."""
+  def run(self, num_steps: int | None = None, stop: preemption.StopSignals | None = None
+          ) -> list[dict]:
+    """Trains until ``num_steps`` (default: the config's) and saves the last step.
+
+    A stop signal (``stop``, by default one entered here) ends it early: the
+    last completed step is saved, then ``preemption.Stopped`` is raised.
+    """
     total = num_steps or self.cfg.num_steps(len(self.stream.problems))
     out = []
     first = self.step
-    with MetricsWriter(self.workdir, total_steps=total, initial_step=self.step,
+    with (stop or preemption.StopSignals()) as stop, \
+         MetricsWriter(self.workdir, total_steps=total, initial_step=self.step,
                        tensorboard=self.cfg.logging.tensorboard,
                        progress_bar=self.cfg.logging.progress_bar,
                        wandb=self._wandb_settings(),
                        enabled=distributed.is_writer()) as writer:
-      while self.step < total:
+      while self.step < total and not stop.agreed():  # every process stops at the same step
         step = self.step
         if step == first:  # jit compiles the sampler, log-probs and update on the first step
           progress.phase(f"step {step + 1}: rollouts, rewards and update; compiling them "
                          f"(first step only)…")
-        metrics = self.run_step()
+        metrics = self._step_unless_abandoned(stop)
+        if metrics is None:
+          break
         if self.validator is not None and self.validator.due(step, total):
           progress.phase(f"validating after step {step + 1} (held-out pass@1)…")
           t0 = time.perf_counter()
@@ -246,10 +259,36 @@ class Trainer:
         self.save()
     self.save(force=True)
     self.checkpointer.wait()
+    if self.step < total:
+      raise preemption.Stopped(stop.agreed_signum or stop.signum, self.step)
     if self.validator is not None:
       for name, (step, value) in self.validator.best().items():
         log.info("%s: best validation pass@1 %.4f after step %d", name, value, step + 1)
     return out
+
+  def _step_unless_abandoned(self, stop) -> dict | None:
+    """``run_step``, or None when a stop signal came before the step changed anything that
+    cannot be put back: its parameters (replaced, or donated to the update's first
+    optimizer step) and peer logs. Its prompts and the method's state are put back; the
+    restarted run takes the step again."""
+    step, position, state = self.step, self.stream.position, copy.deepcopy(
+        self.method.state_dict())
+    before = [(p.params, p.opt_state) for p in self.policies.values()]
+    cursors = [w.cursor for w in self.log_writers.values()]
+
+    def undoable():
+      now = [(p.params, p.opt_state) for p in self.policies.values()]
+      return (self.step == step and cursors == [w.cursor for w in self.log_writers.values()]
+              and all(a is c and b is d for (a, b), (c, d) in zip(before, now))
+              and not any(x.is_deleted() for x in jax.tree.leaves(before)
+                          if isinstance(x, jax.Array)))
+    try:
+      with stop.abandonable(undoable):
+        return self.run_step()
+    except preemption.StepAbandoned:
+      self.step, self.stream.position = step, position
+      self.method.load_state_dict(state)
+      return None
 
   def _wandb_settings(self) -> dict | None:
     """`WandbLog`'s arguments from ``logging.wandb*``; None when it is off."""

@@ -1,18 +1,23 @@
 """A tiny GRAFT run in a process of its own that SIGKILLs itself, or fills its disk, at a chosen point.
 
-  python -m tests.train.kill_child WORKDIR STEPS [[full:]PHASE@STEP[+DELAY_MS] ...]
+  python -m tests.train.kill_child WORKDIR STEPS [[full:|term:]PHASE@STEP[+DELAY_MS] ...]
 
 PHASE is one of ``sampling``, ``update``, ``validation``, ``metrics_write``,
-``checkpoint_write``. At the first entry into PHASE during STEP (0-based) a
+``checkpoint_write``, or ``update_end`` (the first model's update has run its
+optimizer steps, which took over the old parameters' buffers, and is about to
+set the new ones). At the first entry into PHASE during STEP (0-based) a
 timer sends SIGKILL after DELAY_MS (0: at once, before the phase does
 anything); ``metrics_write`` with no delay tears the row instead: half the line
 reaches the disk, then the process dies. ``full:`` instead sets the file size
 limit to 0 there (``ulimit -f 0``): every later write that grows a file fails
 with EFBIG inside whichever writer makes it, Python's or tensorstore's, as a
-full disk would. The run is the toy smoke setting of ``tests/train/tiny_pair``
-(two tiny heterogeneous models, checkpoints every step, validation every 2
+full disk would. ``term:`` sends SIGTERM instead of SIGKILL, which the
+trainer answers by saving and stopping (``graft_jax.train.preemption``); two
+``term:`` points in one attempt are a second signal. The run is the toy smoke
+setting of ``tests/train/tiny_pair`` (two tiny heterogeneous models, checkpoints every step, validation every 2
 steps, one training prompt over ``max_prompt_len``) under the launchers' console (``graft_jax.cli.guard``: one line per
-project error). A finished run writes ``final_params.npz``.
+project error), holding the workdir's lock as ``launch/train.py`` does. A
+finished run writes ``final_params.npz``.
 """
 
 from __future__ import annotations
@@ -28,12 +33,14 @@ import jax
 import numpy as np
 
 from graft_jax import cli
-from graft_jax.train import checkpoint, metrics, step as step_lib, trainer as trainer_lib
+from graft_jax.train import (checkpoint, metrics, policy, step as step_lib,
+                             trainer as trainer_lib, workdir_lock)
 from graft_jax.train.validation import Validator
 from tests.train import tiny_pair
 from tests.train.test_trainer_methods import make_cfg
 
 PHASES = ("sampling", "update", "validation", "metrics_write", "checkpoint_write")
+UPDATE_END = "update_end"
 TOO_LONG = "too-long"
 _current = {"step": -1}
 
@@ -45,6 +52,9 @@ def _die() -> None:
 def _arm(points: dict, phase: str) -> bool:
   """Kills (now or after the point's delay) if ``phase`` is a kill point of the current step.
   Returns True when the caller should tear its write instead."""
+  term_ms = points.pop(("term", phase, _current["step"]), None)
+  if term_ms is not None:
+    _after(term_ms, lambda: os.kill(os.getpid(), signal.SIGTERM))
   delay_ms = points.pop((phase, _current["step"]), None)
   if points.pop(("full", phase, _current["step"]), None) is not None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
@@ -52,10 +62,15 @@ def _arm(points: dict, phase: str) -> bool:
     return False
   if phase == "metrics_write" and delay_ms == 0:
     return True
-  if delay_ms == 0:
-    _die()
-  threading.Timer(delay_ms / 1000, _die).start()
+  _after(delay_ms, _die)
   return False
+
+
+def _after(delay_ms: float, act) -> None:
+  if delay_ms == 0:
+    act()
+  else:
+    threading.Timer(delay_ms / 1000, act).start()
 
 
 def _wrap(owner, attr: str, phase: str, points: dict) -> None:
@@ -79,6 +94,7 @@ def install(points: dict) -> None:
   trainer_lib.Trainer.run_step = counted
   _wrap(step_lib, "collect", "sampling", points)
   _wrap(step_lib, "run_updates", "update", points)
+  _wrap(policy.Policy, "set_params", UPDATE_END, points)
   _wrap(Validator, "run", "validation", points)
   _wrap(checkpoint.Checkpointer, "save", "checkpoint_write", points)
   write = metrics.MetricsWriter.write
@@ -99,12 +115,13 @@ def install(points: dict) -> None:
 def parse_points(args) -> dict:
   points = {}
   for arg in args:
-    full = arg.startswith("full:")
-    phase, _, rest = arg.removeprefix("full:").partition("@")
+    kind, _, point = arg.rpartition(":")
+    phase, _, rest = point.partition("@")
     step, _, delay = rest.partition("+")
-    if phase not in PHASES:
-      raise SystemExit(f"unknown phase {phase!r}; expected one of {PHASES}")
-    points[("full", phase, int(step)) if full else (phase, int(step))] = float(delay or 0)
+    if phase not in PHASES + (UPDATE_END,) or kind not in ("", "full", "term"):
+      raise SystemExit(f"unknown fault {arg!r}; expected [full:|term:]PHASE with PHASE one of "
+                       f"{PHASES + (UPDATE_END,)}")
+    points[(kind, phase, int(step)) if kind else (phase, int(step))] = float(delay or 0)
   return points
 
 
@@ -119,12 +136,13 @@ def main(argv) -> None:
                         prompt_suffix=cfg.data.prompt_suffix, score_fn=tiny_pair.contains_reward)
   # One prompt over max_prompt_len: skipped before sampling, counted in every row.
   problems = tiny_pair.problems() + [tiny_pair.Problem(TOO_LONG, "Say a. " * 40, "a")]
-  t = trainer_lib.Trainer(cfg, problems, tiny_pair.make_models(),
-                          reward_fn=tiny_pair.contains_reward, validator=validator)
-  try:
-    t.run(steps)
-  finally:
-    t.close()
+  with workdir_lock.held(workdir):
+    t = trainer_lib.Trainer(cfg, problems, tiny_pair.make_models(),
+                            reward_fn=tiny_pair.contains_reward, validator=validator)
+    try:
+      t.run(steps)
+    finally:
+      t.close()
   leaves = {f"{name}/{i}": np.asarray(x) for name, p in t.policies.items()
             for i, x in enumerate(jax.tree.leaves(p.params))}
   np.savez(workdir / "final_params.npz", **leaves)
