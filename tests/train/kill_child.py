@@ -14,10 +14,11 @@ with EFBIG inside whichever writer makes it, Python's or tensorstore's, as a
 full disk would. ``term:`` sends SIGTERM instead of SIGKILL, which the
 trainer answers by saving and stopping (``graft_jax.train.preemption``); two
 ``term:`` points in one attempt are a second signal. The run is the toy smoke
-setting of ``tests/train/tiny_pair`` (two tiny heterogeneous models, checkpoints every step, validation every 2
-steps, one training prompt over ``max_prompt_len``) under the launchers' console (``graft_jax.cli.guard``: one line per
-project error), holding the workdir's lock as ``launch/train.py`` does. A
-finished run writes ``final_params.npz``.
+setting of ``tests/train/tiny_pair`` (two tiny heterogeneous models,
+checkpoints every step, validation every 2 steps, one training prompt over
+``max_prompt_len``) under the launchers' console (``graft_jax.cli.guard``: one
+line per project error), holding the workdir's lock as ``launch/train.py``
+does. A finished run writes ``final_params.npz``.
 """
 
 from __future__ import annotations
