@@ -108,5 +108,22 @@ def pair_config(arg, *, pair, model_a, model_b):
   c.scan_layers = True
   c.attention_impl = 'auto'
   c.rollout.max_kv_bytes = 32 * 2**30
+  if c.engine == 'vllm':
+    four_gpu_placement(c)
   c.lock()
   return c
+
+
+def four_gpu_placement(c):
+  """A pair on one 4-GPU node (4 x H200) with vLLM, from launch/plan.py's memory plan:
+  the trainer on all four GPUs (FSDP over four, so the update, a step's largest phase,
+  has every GPU), each model's server on GPU 2 or 3 with 0.45 of it. The trainer's
+  share is then what a server leaves, 0.5, about 65 GiB: each pair's largest update
+  plus the workspace margin needs under 45 GiB. A server's bf16 weights (under 6 GiB)
+  leave it over 50 GiB of KV cache. Weights go by NCCL from GPU 0 to the servers'
+  GPUs ('auto'); all four GPUs stay in the update while sampling is sequential."""
+  c.jax_devices = ()
+  c.vllm.gpus.model_a = (2,)
+  c.vllm.gpus.model_b = (3,)
+  c.vllm.gpu_memory_utilization = 0.45
+  c.vllm.weight_sync = 'auto'

@@ -26,12 +26,15 @@ from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "a run config file (a pair or `models`)")
-_DEVICES = flags.DEFINE_integer("devices", 4, "devices of the mesh (fake CPU devices here)")
+_DEVICES = flags.DEFINE_integer("devices", 4, "GPUs of the node (fake CPU devices here); the "
+                                "trainer's mesh spans jax_devices of them, else all")
 _MEMORY = flags.DEFINE_float("device-memory-gb", 141.0, "memory of one device, GB (H200: 141)")
 _RESERVE = flags.DEFINE_float("reserve-fraction", 0.0,
                               "share of each device kept for other processes (vLLM sidecars)")
 _MARGIN = flags.DEFINE_float("workspace-gib", 4.0, "per device, for CUDA / cuBLAS / cuDNN / NCCL "
                              "workspaces and fragmentation")
+_PROCESSES = flags.DEFINE_integer("processes", 1, "trainer processes (for the weight sync's "
+                                  "gathers; one per node is usual)")
 _PLATFORM = flags.DEFINE_string("platform", "gpu", "the backend the programs are traced for")
 _PEAK = flags.DEFINE_float("peak-tflops", 989.0, "dense bf16 peak per device (H200: 989)")
 _HBM = flags.DEFINE_float("hbm-tbps", 4.8, "HBM bandwidth per device, TB/s (H200: 4.8)")
@@ -63,10 +66,12 @@ def main(_):
   from graft_jax.plan import run, step_time  # pylint: disable=import-outside-toplevel
   from graft_jax.train import config as config_lib  # pylint: disable=import-outside-toplevel
   from graft_jax.train.config_checks import policy_configs  # pylint: disable=import-outside-toplevel
+  from graft_jax.train.config_placement import sync_backend  # pylint: disable=import-outside-toplevel
 
   cfg = config_lib.from_config_dict(_CONFIG.value)
   margin = int(_MARGIN.value * 2**30)
-  mesh, available, table = run.plan(cfg, jax.devices()[:_DEVICES.value],
+  trainer = run.trainer_devices(cfg, _DEVICES.value)  # the mesh: the trainer's GPUs
+  mesh, available, table = run.plan(cfg, jax.devices()[:trainer],
                                     int(_MEMORY.value * 1e9), reserve_fraction=_RESERVE.value,
                                     platform=_PLATFORM.value, margin_bytes=margin)
   print(run.format_plan(mesh, available, table, cfg.max_prompt_len + cfg.max_response_len,
@@ -74,6 +79,9 @@ def main(_):
   servers = run.server_budgets(cfg, int(_MEMORY.value * 1e9))
   if servers:
     print(run.format_servers(servers))
+  sync = sync_backend(cfg, on_gpu=True, processes=_PROCESSES.value)
+  placed = run.placement(cfg, _DEVICES.value, int(_MEMORY.value * 1e9), table, servers, margin)
+  print("\n" + run.format_placement(placed, int(_MEMORY.value * 1e9), sync))
   peaks = dict(peak_flops=_PEAK.value * 1e12, hbm_bytes_per_s=_HBM.value * 1e12)
   stated = step_time.Rates(train_mfu=_MFU.value, score_mfu=_MFU.value, decode_mfu=_MFU.value,
                            hbm_efficiency=_HBM_EFF.value, **peaks)
@@ -81,7 +89,7 @@ def main(_):
   models = {m.name: run.model_config(m) for m in policy_configs(cfg)}
   assumptions = dict(mean_prompt_tokens=_PROMPT.value, response_fill=_FILL.value,
                      exchange_fraction=_EXCHANGE.value)
-  phases = {name: step_time.step_phases(cfg, models, _DEVICES.value, rates, **assumptions)
+  phases = {name: step_time.step_phases(cfg, models, trainer, rates, sync=sync, **assumptions)
             for name, rates in (("stated", stated), ("H200 check", measured))}
   steps = step_time.run_steps(cfg, train_prompts(cfg))
   print(f"\nOne step of method {cfg.method}: {cfg.prompts_per_step} prompts x n={cfg.n}, mean "
@@ -90,7 +98,9 @@ def main(_):
         f"{_HBM_EFF.value:.0%} of {_HBM.value} TB/s; H200 check: the efficiencies "
         f"benchmarks/gpu_check.py measured (BENCHMARKS.md)")
   print(step_time.format_phases(phases, steps, _DEVICES.value))
-  return 0 if all(r["fits"] for r in table + servers) else 1
+  if cfg.engine == "vllm":
+    print(step_time.format_sync_choices(models, _PROCESSES.value, sync))
+  return 0 if all(r["fits"] for r in table + servers + placed) else 1
 
 
 if __name__ == "__main__":

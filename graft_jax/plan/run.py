@@ -25,6 +25,7 @@ from graft_jax.sharding.mesh import MeshConfig, make_mesh
 from graft_jax.sharding.place import batch_shards
 from graft_jax.sharding.report import format_bytes
 from graft_jax.train.config_checks import policy_configs
+from graft_jax.train import config_placement
 from graft_jax.train.config_placement import server_gpus
 
 # The paper's models by their config names, for folders not on this machine.
@@ -42,16 +43,56 @@ def model_config(model) -> ModelConfig:
   return PRESETS[model.name]()
 
 
-# JAX preallocates this share of a GPU when XLA_PYTHON_CLIENT_MEM_FRACTION is unset.
-JAX_DEFAULT_MEM_FRACTION = 0.75
 # Per device, for what no program's memory analysis holds (see the module docstring).
 WORKSPACE_MARGIN_BYTES = 4 * 2**30
 
 
 def trainer_fraction(cfg) -> float:
-  """The share of each device the trainer's JAX process may use: ``xla_mem_fraction``
-  (which sets ``XLA_PYTHON_CLIENT_MEM_FRACTION``), else JAX's default."""
-  return cfg.xla_mem_fraction or JAX_DEFAULT_MEM_FRACTION
+  """The share of each device the trainer's JAX process may use, as the launcher sets it
+  (`config_placement.trainer_fraction`)."""
+  return config_placement.trainer_fraction(cfg)
+
+
+def trainer_devices(cfg, gpus: int) -> int:
+  """How many of a node's `gpus` the trainer's mesh spans: ``jax_devices``, else all."""
+  return len(cfg.jax_devices) or gpus
+
+
+def placement(cfg, gpus: int, device_bytes: int, table, servers,
+              margin_bytes: int = WORKSPACE_MARGIN_BYTES) -> list[dict]:
+  """Per GPU of a `gpus`-GPU node: who holds which share (the trainer, each vLLM server),
+  the bytes the plan puts there (the trainer: its largest phase of `table` + the
+  margin; a server: its weights, the rest its KV cache), the total share, and whether
+  it fits (shares at most 1, each need within its share)."""
+  trainer = set(cfg.jax_devices) or set(range(gpus))
+  need = max((max(r["update"], r["sampling"]) for r in table), default=0) + margin_bytes
+  frac = trainer_fraction(cfg)
+  rows = []
+  for gpu in range(gpus):
+    users = []
+    if gpu in trainer:
+      users.append(dict(who="trainer", fraction=frac, share=int(frac * device_bytes),
+                        need=need))
+    for s in servers:
+      if gpu in s["gpus"]:
+        f = cfg.vllm.gpu_memory_utilization
+        users.append(dict(who=f"vLLM {s['name']}", fraction=f, share=int(f * device_bytes),
+                          need=s["weights"] // max(len(s["gpus"]), 1)))
+    total = sum(u["fraction"] for u in users)
+    rows.append(dict(gpu=gpu, users=users, fraction=total,
+                     fits=total <= 1 + 1e-9 and all(u["need"] <= u["share"] for u in users)))
+  return rows
+
+
+def format_placement(rows, device_bytes: int, sync: str) -> str:
+  lines = [f"placement on {len(rows)} GPUs of {format_bytes(device_bytes)} "
+           f"(weight sync: {sync}; trainer: its largest phase + margin, vLLM: its weights)"]
+  for r in rows:
+    who = "; ".join(f"{u['who']} {u['fraction']:.2f} = {format_bytes(u['share'])} "
+                    f"(needs {format_bytes(u['need'])})" for u in r["users"]) or "unused"
+    lines.append(f"GPU {r['gpu']}: {who}; total {r['fraction']:.2f}"
+                 f"{'' if r['fits'] else '  DOES NOT FIT'}")
+  return "\n".join(lines)
 
 
 def num_params(model_cfg) -> int:
@@ -153,8 +194,8 @@ def format_plan(mesh, available, table, length: int,
           f"{'peers state':>12}{'update':>11}{'sampler':>12}{'sampling':>11}  fit   "
           f"rows/dev  (largest)")
   lines = [f"{dict(mesh.shape)} x {mesh.devices.size} devices, {format_bytes(available)} "
-           f"per device to the trainer (xla_mem_fraction, or JAX's default "
-           f"{JAX_DEFAULT_MEM_FRACTION}, less a {format_bytes(margin_bytes)} workspace margin), "
+           f"per device to the trainer (its share from the placement, less a "
+           f"{format_bytes(margin_bytes)} workspace margin), "
            f"micro-batch rows of {length} tokens", head]
   for r in table:
     m = r["mem"]

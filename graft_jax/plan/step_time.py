@@ -37,9 +37,11 @@ import dataclasses
 from graft_jax.models.config import ModelConfig
 from graft_jax.plan import costs
 
-# Per second of a link, bytes: NCCL between GPUs of one node (NVLink), and the
-# safetensors round trip through /dev/shm and vLLM's reload ('reload').
-SYNC_BYTES_PER_S = {"nccl": 100e9, "ipc": 500e9, "reload": 0.2e9}
+# Per second of a link, bytes: NCCL between GPUs of one node (NVLink), CUDA IPC on one
+# GPU, the safetensors round trip through /dev/shm and vLLM's reload ('reload'), and
+# 'gather': process_allgather of a parameter other trainer processes hold parts of
+# (through host memory and the network between processes).
+SYNC_BYTES_PER_S = {"nccl": 100e9, "ipc": 500e9, "reload": 0.2e9, "gather": 20e9}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +120,34 @@ def weight_sync(cfg: ModelConfig, engine: str, sync: str, *, serve_bytes: int = 
   return PhaseCost(0.0, moved, moved / SYNC_BYTES_PER_S[sync])
 
 
+def sync_choices(cfg: ModelConfig, processes: int, *, serve_bytes: int = 2) -> dict[str, float]:
+  """Seconds of one push of `cfg`'s weights (tied embeddings once) from `processes` trainer
+  processes, for each way to move them:
+
+  - 'reload': the whole state dict through /dev/shm and vLLM's reload;
+  - 'nccl, process 0 gathers': the (P-1)/P of the bytes other processes hold come to
+    process 0 (``process_allgather``, bucket by bucket, before each broadcast), then one
+    NCCL broadcast of every byte;
+  - 'nccl, each process sends its shards': every byte still lands on the server's GPUs
+    through its one link, so the broadcast time is the same and only the gather goes.
+  """
+  n = costs.all_params(cfg) * serve_bytes
+  nccl = n / SYNC_BYTES_PER_S["nccl"]
+  gather = n * (processes - 1) / processes / SYNC_BYTES_PER_S["gather"]
+  return {"reload": n / SYNC_BYTES_PER_S["reload"], "nccl, process 0 gathers": gather + nccl,
+          "nccl, each process sends its shards": nccl}
+
+
+def format_sync_choices(model_cfgs: dict, processes: int, used: str) -> str:
+  """One line per model: the seconds per push of each way (`sync_choices`)."""
+  lines = [f"weight sync per step and model, {processes} trainer process(es) "
+           f"(this run: {used}):"]
+  for name, mc in model_cfgs.items():
+    lines.append(f"  {name:<16}" + ", ".join(f"{k} {v:.2f} s"
+                                             for k, v in sync_choices(mc, processes).items()))
+  return "\n".join(lines)
+
+
 def workload(train_cfg, *, mean_prompt_tokens: float, response_fill: float,
              exchange_fraction: float) -> Workload:
   """One model's step from the run config and the stated length assumptions."""
@@ -133,15 +163,20 @@ def workload(train_cfg, *, mean_prompt_tokens: float, response_fill: float,
                   score_rows=scored, epochs=train_cfg.ppo_epochs)
 
 
-def step_phases(train_cfg, model_cfgs: dict, devices: int, rates: Rates, **assumptions) -> dict:
-  """{model name: {phase: PhaseCost}} for one step."""
+def step_phases(train_cfg, model_cfgs: dict, devices: int, rates: Rates, *,
+                sync: str = "", **assumptions) -> dict:
+  """{model name: {phase: PhaseCost}} for one step; `sync`: the weight sync the run uses
+  (default: ``vllm.weight_sync``, 'auto' read as on GPUs)."""
+  if not sync:
+    from graft_jax.train.config_placement import sync_backend  # pylint: disable=import-outside-toplevel
+    sync = sync_backend(train_cfg, on_gpu=True)
   w = workload(train_cfg, **assumptions)
   out = {}
   for name, mc in model_cfgs.items():
     out[name] = {"sampling": sampling(mc, w, devices, rates),
                  "scoring": scoring(mc, w, devices, rates),
                  "update": update(mc, w, devices, rates),
-                 "weight sync": weight_sync(mc, train_cfg.engine, train_cfg.vllm.weight_sync)}
+                 "weight sync": weight_sync(mc, train_cfg.engine, sync)}
   return out
 
 

@@ -107,7 +107,11 @@ class VLLMEngine:
       row count as a hung server.
     max_concurrency: parallel HTTP requests (one per prompt).
     weight_sync: 'reload' (safetensors + reload_weights), or on CUDA GPUs 'nccl' /
-      'ipc' (vLLM's weight-transfer API, `graft_jax.rollout.weight_transfer`).
+      'ipc' (vLLM's weight-transfer API, `graft_jax.rollout.weight_transfer`). A push
+      backend starts the server from a tied checkpoint when the model ties its
+      embeddings, so each push sends the embedding once. Under several trainer
+      processes every process takes part in a push's gathers and process 0 sends
+      (`weight_transfer.base.Sender`).
   """
 
   def __init__(self, model, *, eos_ids: int | Sequence[int], pad_id: int, run_dir,
@@ -150,11 +154,9 @@ class VLLMEngine:
     # takes part in the weight gathers and JAX forwards, and receives process 0's results.
     self._serves = distributed.is_writer()
     self._multi = distributed.multi_process()
-    if self._multi and weight_sync != "reload":
-      raise ValueError(f"{name}: weight_sync={weight_sync!r} needs one trainer process "
-                       f"(under several, use 'reload')")
     self._expected_probe = None  # the JAX side of the probe for the weights now served
-    vllm_sync.write_weights(model, self.weights_dir, options.dtype)
+    vllm_sync.write_weights(model, self.weights_dir, options.dtype,
+                            untie=weight_sync == "reload")
     if self._multi:
       self._expected_probe = vllm_sync.jax_probe_logprobs(model, self._probe_ids)
     self.sidecar, self._cleanup = None, lambda: None
@@ -198,8 +200,11 @@ class VLLMEngine:
     else:
       self._pusher = self._pusher or weight_transfer.make_sender(
           self.weight_sync, self.sidecar, dtype=self.options.dtype,
-          head_copy=True, timeout=self.request_timeout_s)  # the server started untied
-      pushed = self._with_restarts(lambda: self._pusher.send(model, self.syncs + 1))
+          timeout=self.request_timeout_s)  # the server started tied: the embedding once
+      push = lambda: self._pusher.send(model, self.syncs + 1)
+      pushed = self._with_restarts(push) if self._serves else push()
+      if self._multi:  # a collective forward, like reload's
+        self._expected_probe = vllm_sync.jax_probe_logprobs(model, self._probe_ids)
       metrics = {"vllm_push_s": pushed["seconds"], "vllm_push_bytes": pushed["bytes"]}
     self.syncs += 1
     if self.syncs == 1 or (self.check_every and self.syncs % self.check_every == 0):
@@ -361,6 +366,10 @@ class VLLMEngine:
     weights only, so once pushing has begun the trainer's weights are pushed again
     (the sender sees a new server and opens its transfer first)."""
     if self.weight_sync != "reload" and self._pusher is not None:
+      if self._multi:  # the push gathers from every process, which are elsewhere now
+        raise SidecarError(f"{self.name}: vLLM restarted after pushes began; under several "
+                           f"trainer processes only a collective push restores it: resume "
+                           f"the run, or use vllm.weight_sync=reload, which restarts alone")
       self._pusher.send(self._model, self.syncs)
 
   def close(self) -> None:

@@ -65,7 +65,7 @@ def _header(entries, metadata) -> bytes:
 
 
 def write_weights(model, out_dir: str | os.PathLike, dtype: str = "auto", *,
-                  bucket_bytes: int = BUCKET_BYTES) -> dict[str, float]:
+                  bucket_bytes: int = BUCKET_BYTES, untie: bool = True) -> dict[str, float]:
   """Writes config.json and the full state dict as one safetensors file (no tokenizer);
   returns ``{"bytes": ..., "fetch_s": ..., "write_s": ...}``.
 
@@ -75,11 +75,14 @@ def write_weights(model, out_dir: str | os.PathLike, dtype: str = "auto", *,
   reload does not refresh a tied LM head (seen on the CPU build, where the
   head keeps a repacked copy), while an untied one is loaded like any weight.
   The embedding is cast and fetched once; its bytes are written twice.
+  ``untie=False`` keeps a tied model tied (no head in the file): for a server
+  whose later weights arrive by push (`graft_jax.rollout.weight_transfer`),
+  where the head shares the embedding's storage and the embedding is sent once.
   """
   out = pathlib.Path(out_dir)
   plan = serving_plan(model, dtype)
   entries = [(key, shape, dt) for key, _, _, shape, dt in plan]
-  tied = model.cfg.tie_word_embeddings
+  tied = model.cfg.tie_word_embeddings and untie
   if tied:
     source = next(e for e in entries if e[0] == TIED_HEAD[1])
     entries.append((TIED_HEAD[0],) + source[1:])

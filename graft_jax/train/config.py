@@ -227,8 +227,9 @@ class VllmConfig:
   host: str = '127.0.0.1'  # bind address; '0.0.0.0' serves other nodes
   # 'reload': safetensors in /dev/shm + reload_weights (any platform); on CUDA GPUs
   # 'nccl' (server on its own GPUs) or 'ipc' (server on the trainer's GPU) use vLLM's
-  # weight-transfer API (graft_jax.rollout.weight_transfer).
-  weight_sync: str = 'reload'
+  # weight-transfer API (graft_jax.rollout.weight_transfer). 'auto': nccl or ipc where
+  # the placement allows, else reload (config_placement.sync_backend).
+  weight_sync: str = 'auto'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,8 +281,11 @@ class TrainConfig:
   vllm: VllmConfig = VllmConfig()
   mesh: MeshShape = MeshShape()
   distributed: DistributedConfig = DistributedConfig()
-  jax_devices: tuple[int, ...] = ()  # the trainer's local GPU ids; () = all visible
-  xla_mem_fraction: float = 0.0  # XLA_PYTHON_CLIENT_MEM_FRACTION; 0 = JAX's default
+  # The placement (graft_jax.train.config_placement), with vllm.gpus and
+  # vllm.gpu_memory_utilization: the trainer's local GPU ids (() = all visible) and
+  # its share of each (XLA_PYTHON_CLIENT_MEM_FRACTION; 0 = what the servers leave).
+  jax_devices: tuple[int, ...] = ()
+  xla_mem_fraction: float = 0.0
   # XLA's persistent compilation cache (graft_jax.compile_cache): compiled programs
   # are kept here, per machine, for later processes; '' = off.
   compile_cache_dir: str = '~/.cache/graft_jax/xla'

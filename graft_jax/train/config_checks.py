@@ -35,7 +35,7 @@ _ENUMS = {
     'attention_impl': ('dense', 'blocked', 'fused'),
     'decode_attention': ('auto', 'xla', 'kernel'),
     'vllm.dtype': ('bfloat16', 'float16', 'float32', 'auto'),
-    'vllm.weight_sync': ('reload', 'nccl', 'ipc'),
+    'vllm.weight_sync': ('auto', 'reload', 'nccl', 'ipc'),
     'checkpoint.export_dtype': ('stored', 'bfloat16', 'float32', 'float16'),
     'logging.wandb_mode': ('online', 'offline'),
 }

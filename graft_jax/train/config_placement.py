@@ -1,14 +1,39 @@
-"""Checks of where a run's processes and vLLM servers go: the distributed start-up and GPU placement.
+"""The run's placement: which GPUs train, which GPU(s) each model's vLLM server uses, each
+one's memory share, and how weights reach the servers; checked twice.
 
-A vLLM server and the trainer may share a GPU only with an explicit memory
-split: ``xla_mem_fraction`` for the trainer (``XLA_PYTHON_CLIENT_MEM_FRACTION``)
-plus ``vllm.gpu_memory_utilization`` for every server on that GPU, adding up
-to at most 1. Without ``vllm.gpus`` the servers see every device, as before.
+One placement, read from three groups of fields: ``jax_devices`` (the trainer's
+GPUs, () = every visible one), ``vllm.gpus.*`` (each server's GPUs) and the
+shares, ``xla_mem_fraction`` for the trainer and ``vllm.gpu_memory_utilization``
+per server. A GPU's shares add up to at most 1. The trainer's share is the
+launcher's to set (``trainer_fraction``; ``setup.start_processes`` writes it to
+``XLA_PYTHON_CLIENT_MEM_FRACTION`` before JAX starts): what the servers on its
+GPUs leave, less a headroom for the CUDA contexts, so colocating (a memory
+share) needs no second number; ``xla_mem_fraction`` overrides it.
+
+`validate` checks the config alone (any machine). `check_start` checks it
+against the node before any model loads: the GPU ids exist, every server is
+placed, and the resident weights and optimizer states fit each share (the
+programs' full memory is `launch/plan.py`'s, which compiles them).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import pathlib
+from collections.abc import Mapping
+
 from graft_jax.train.config_checks import ConfigError, policy_configs
+
+# The trainer's share of a GPU no server uses: JAX's own default (0.75) would leave a
+# quarter of a dedicated GPU idle; the rest holds the CUDA context and NCCL buffers,
+# which live outside JAX's pool.
+TRAINER_ALONE_FRACTION = 0.9
+# Of a GPU shared with servers, kept out of every pool: the processes' CUDA contexts.
+COLOCATED_HEADROOM = 0.05
+# Below this share the trainer cannot hold a model's state: a placement that leaves
+# less is refused rather than started.
+MIN_TRAINER_FRACTION = 0.1
 
 
 def server_gpus(cfg) -> list[tuple[str, str, tuple[int, ...]]]:
@@ -27,7 +52,7 @@ def validate(cfg) -> None:
   _check_distributed(cfg.distributed)
   x = cfg.xla_mem_fraction
   if not 0.0 <= x < 1.0:
-    raise ConfigError(f'xla_mem_fraction must be in [0, 1) (0: JAX\'s default), got {x}',
+    raise ConfigError(f'xla_mem_fraction must be in [0, 1) (0: from the placement), got {x}',
                       field='xla_mem_fraction')
   _check_ids('jax_devices', cfg.jax_devices)
   if not cfg.vllm.host:
@@ -84,13 +109,16 @@ def _check_servers(cfg) -> None:
     used = len(servers) * v.gpu_memory_utilization
     shares_trainer = not trainer or gpu in trainer
     if shares_trainer and not cfg.xla_mem_fraction:
-      where = (f'jax_devices={tuple(cfg.jax_devices)}' if trainer
-               else 'jax_devices=() (the trainer uses every visible GPU)')
-      raise ConfigError(
-          f'{fields} and {where} put a vLLM server and the trainer on GPU {gpu} without a '
-          f'memory split: give the trainer other GPUs with jax_devices, or set '
-          f'xla_mem_fraction so that it plus vllm.gpu_memory_utilization per server '
-          f'({v.gpu_memory_utilization}) is at most 1', field=servers[0])
+      left = 1.0 - used - COLOCATED_HEADROOM
+      if left < MIN_TRAINER_FRACTION:
+        where = (f'jax_devices={tuple(cfg.jax_devices)}' if trainer
+                 else 'jax_devices=() (the trainer uses every visible GPU)')
+        raise ConfigError(
+            f'{fields} and {where} share GPU {gpu}, and {len(servers)} x '
+            f'vllm.gpu_memory_utilization={v.gpu_memory_utilization} leaves the trainer '
+            f'{max(left, 0):.2f} of it: give the trainer other GPUs with jax_devices, or '
+            f'lower vllm.gpu_memory_utilization (or set xla_mem_fraction)', field=servers[0])
+      continue
     if shares_trainer:
       used += cfg.xla_mem_fraction
     if used > 1.0 + 1e-9:
@@ -99,3 +127,129 @@ def _check_servers(cfg) -> None:
           f'GPU {gpu} is over-committed: {share}{len(servers)} x '
           f'vllm.gpu_memory_utilization={v.gpu_memory_utilization} = {used:g} > 1 '
           f'({fields})', field='vllm.gpu_memory_utilization')
+
+
+def _placed_servers(cfg) -> dict[int, int]:
+  """{GPU id: vLLM servers on it} (none with the JAX engine)."""
+  out: dict[int, int] = {}
+  if cfg.engine == 'vllm':
+    for _, _, gpus in server_gpus(cfg):
+      for g in gpus:
+        out[g] = out.get(g, 0) + 1
+  return out
+
+
+def trainer_fraction(cfg) -> float:
+  """The trainer's share of each of its GPUs: ``xla_mem_fraction`` when set; else what
+  the servers on its most crowded GPU leave less `COLOCATED_HEADROOM`, and
+  `TRAINER_ALONE_FRACTION` where it has its GPUs to itself."""
+  if cfg.xla_mem_fraction:
+    return cfg.xla_mem_fraction
+  trainer, placed = set(cfg.jax_devices), _placed_servers(cfg)
+  crowd = max((n for g, n in placed.items() if not trainer or g in trainer), default=0)
+  if not crowd:
+    return TRAINER_ALONE_FRACTION
+  left = 1.0 - crowd * cfg.vllm.gpu_memory_utilization - COLOCATED_HEADROOM
+  return round(min(left, TRAINER_ALONE_FRACTION), 4)
+
+
+def sync_backend(cfg, *, on_gpu: bool, processes: int = 1) -> str:
+  """The weight sync the run uses: ``vllm.weight_sync`` unless 'auto'. 'auto' is 'nccl'
+  when the trainer is on CUDA GPUs and every server is placed off the GPU that sends
+  (process 0's first trainer GPU); 'ipc' for a single process whose one-GPU servers all
+  sit on that GPU; 'reload' otherwise (CPUs, unplaced servers), the path that runs
+  anywhere."""
+  sync = cfg.vllm.weight_sync
+  if sync != 'auto':
+    return sync
+  servers = [gpus for _, _, gpus in server_gpus(cfg)]
+  if cfg.engine != 'vllm' or not on_gpu or not all(servers):
+    return 'reload'
+  sender = cfg.jax_devices[0] if cfg.jax_devices else 0
+  if not any(sender in gpus for gpus in servers):
+    return 'nccl'
+  if processes == 1 and all(gpus == (sender,) for gpus in servers):
+    return 'ipc'
+  return 'reload'
+
+
+@dataclasses.dataclass(frozen=True)
+class Footprint:
+  """What must sit on the GPUs before any program runs, per model: its parameter count
+  and the bytes per parameter the trainer keeps (master weights + optimizer state)."""
+  name: str
+  params: int
+  trainer_bytes_per_param: int
+  serve_bytes_per_param: int
+
+
+def visible_gpus(environ: Mapping[str, str] = os.environ,
+                 proc: pathlib.Path = pathlib.Path('/proc/driver/nvidia/gpus')) -> int | None:
+  """GPUs this node shows the run (``CUDA_VISIBLE_DEVICES``, else the NVIDIA driver's
+  list); None when neither says (no NVIDIA driver: a CPU run)."""
+  cvd = environ.get('CUDA_VISIBLE_DEVICES')
+  if cvd is not None:
+    return len([d for d in cvd.split(',') if d.strip()])
+  return len(list(proc.iterdir())) if proc.is_dir() else None
+
+
+def _state_shards(cfg, trainer_devices: int) -> int:
+  """Devices one model's state is split over: the mesh's fsdp x tensor axes (the data
+  axis replicates it), with a -1 axis taking what the others leave."""
+  m = cfg.mesh
+  sizes = [m.data, m.fsdp, m.tensor]
+  if -1 in sizes:
+    known = 1
+    for s in sizes:
+      known *= s if s != -1 else 1
+    sizes = [s if s != -1 else max(trainer_devices // known, 1) for s in sizes]
+  return max(sizes[1] * sizes[2], 1)
+
+
+def check_start(cfg, *, gpus: int | None, device_bytes: int | None,
+                footprints: list[Footprint], margin_bytes: int = 4 * 2**30) -> None:
+  """Raises `ConfigError` (one line, naming the field and a fix) when the placement does
+  not fit this node: `gpus` visible GPUs (None or 0: no GPUs, nothing to place) of
+  `device_bytes` each (None: memory unknown, ids checked only)."""
+  if not gpus:
+    return
+  fields = [('jax_devices', tuple(cfg.jax_devices))]
+  if cfg.engine == 'vllm':
+    fields += [(f, g) for f, _, g in server_gpus(cfg)]
+  for field, ids in fields:
+    if any(i >= gpus for i in ids):
+      raise ConfigError(f'{field}={ids} names GPU {max(ids)}, but this node shows {gpus} '
+                        f'GPU(s) (ids 0..{gpus - 1}); place it on those', field=field)
+  if cfg.engine == 'vllm':
+    for field, name, ids in server_gpus(cfg):
+      if not ids:
+        raise ConfigError(f'{field} is unset: on GPUs each vLLM server needs its GPUs, or '
+                          f'{name}\'s would land on GPU 0 next to the trainer; set e.g. '
+                          f'{field}=({gpus - 1},) and jax_devices to the others', field=field)
+  if not device_bytes:
+    return
+  trainer_devices = len(cfg.jax_devices) or gpus
+  frac = trainer_fraction(cfg)
+  resident = sum(f.params * f.trainer_bytes_per_param for f in footprints)
+  per_device = resident // _state_shards(cfg, trainer_devices) + margin_bytes
+  if per_device > frac * device_bytes:
+    raise ConfigError(
+        f'the models\' weights and optimizer states take {per_device / 2**30:.1f} GiB per '
+        f'trainer GPU (with a {margin_bytes / 2**30:.0f} GiB margin), more than its share '
+        f'{frac:g} x {device_bytes / 2**30:.0f} GiB: give the trainer more GPUs '
+        f'(jax_devices, mesh.fsdp) or fewer servers beside it', field='jax_devices')
+  if cfg.engine != 'vllm':
+    return
+  share = cfg.vllm.gpu_memory_utilization * device_bytes
+  by_name = {f.name: f for f in footprints}
+  for field, name, ids in server_gpus(cfg):
+    if name not in by_name:
+      continue
+    f = by_name[name]
+    weights = f.params * f.serve_bytes_per_param / max(len(ids), 1)
+    if weights >= share:
+      raise ConfigError(
+          f'{f.name}\'s served weights take {weights / 2**30:.1f} GiB per GPU of {field}={ids}, '
+          f'more than vllm.gpu_memory_utilization={cfg.vllm.gpu_memory_utilization} of '
+          f'{device_bytes / 2**30:.0f} GiB leaves it: raise it or give the server more GPUs',
+          field='vllm.gpu_memory_utilization')

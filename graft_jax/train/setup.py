@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import pathlib
@@ -52,21 +53,53 @@ def load_models(cfg, mesh=None) -> dict:
 
 
 def start_processes(cfg) -> bool:
-  """Applies the trainer's device settings (``jax_devices``, ``xla_mem_fraction``) and
-  its compilation cache (``compile_cache_dir``), and joins the other processes of a
-  multi-process run (``graft_jax.distributed``); call it before anything touches a
-  JAX device. Returns whether the run is multi-process."""
+  """Applies the trainer's placement (``jax_devices``, its memory share from
+  `config_placement.trainer_fraction`) and its compilation cache
+  (``compile_cache_dir``), joins the other processes of a multi-process run
+  (``graft_jax.distributed``), and checks the placement against this node's GPUs
+  (`config_placement.check_start`); call it before anything touches a JAX device.
+  Returns whether the run is multi-process."""
   compile_cache.enable(cfg.compile_cache_dir)
-  if cfg.xla_mem_fraction:
-    os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = str(cfg.xla_mem_fraction)
+  fraction = str(config_placement.trainer_fraction(cfg))
+  before = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
+  if before not in (None, fraction):
+    log.warning("XLA_PYTHON_CLIENT_MEM_FRACTION=%s replaced by the placement's %s "
+                "(set xla_mem_fraction to choose it)", before, fraction)
+  os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = fraction
   if cfg.jax_devices:
     jax.config.update("jax_cuda_visible_devices", ",".join(map(str, cfg.jax_devices)))
   multi = distributed.initialize(cfg.distributed)
-  if multi and cfg.engine == "vllm" and cfg.vllm.weight_sync != "reload":
-    raise ConfigError(f"vllm.weight_sync={cfg.vllm.weight_sync} runs with one trainer process "
-                      f"only for now; use vllm.weight_sync=reload with distributed.*",
-                      field="vllm.weight_sync")
+  gpus = config_placement.visible_gpus()
+  config_placement.check_start(cfg, gpus=gpus, device_bytes=gpu_bytes() if gpus else None,
+                               footprints=placement_footprints(cfg))
   return multi
+
+
+def gpu_bytes() -> int | None:
+  """One local GPU's memory: JAX's pool (``bytes_limit``) over the share it was given."""
+  device = jax.local_devices()[0]
+  if device.platform != "gpu":
+    return None
+  limit = (device.memory_stats() or {}).get("bytes_limit")
+  return int(limit / float(os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"])) if limit else None
+
+
+def placement_footprints(cfg) -> list:
+  """`config_placement.Footprint` of each model whose folder has a config.json (the
+  others are not checked here)."""
+  from graft_jax.models.config import ModelConfig
+  from graft_jax.plan.costs import all_params
+  out = []
+  for m in policy_configs(cfg):
+    path = pathlib.Path(m.path or "", "config.json")
+    if not m.path or not path.is_file():
+      continue
+    mc = ModelConfig.from_hf_config(json.loads(path.read_text()))
+    serve = jnp.dtype(cfg.vllm.dtype).itemsize if cfg.vllm.dtype != "auto" else 2
+    # master weights + AdamW's two moments, all in param_dtype
+    out.append(config_placement.Footprint(m.name, all_params(mc),
+                                          3 * jnp.dtype(cfg.param_dtype).itemsize, serve))
+  return out
 
 
 def build_mesh(cfg):
@@ -105,7 +138,14 @@ def vllm_engine(cfg, name: str, model, tokenizer):
   opts.update(placement_options(cfg, name))
   return VLLMEngine(model, eos_ids=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
                     run_dir=pathlib.Path(cfg.workdir, "vllm", name), options=SidecarOptions(**opts),
-                    name=name, **vllm_engine_settings(v))
+                    name=name, **{**vllm_engine_settings(v), "weight_sync": sync_backend(cfg)})
+
+
+def sync_backend(cfg) -> str:
+  """``vllm.weight_sync`` for this run's devices and processes
+  (`config_placement.sync_backend`)."""
+  return config_placement.sync_backend(cfg, on_gpu=jax.default_backend() == "gpu",
+                                       processes=jax.process_count())
 
 
 def placement_options(cfg, name: str) -> dict:

@@ -56,6 +56,38 @@ def weights_written_alike(folder: pathlib.Path, mesh_cfg) -> bool:
           and all(np.array_equal(hf[k], served[k]) for k in hf) and len(hf) == len(served) - 1)
 
 
+def pushed_alike(mesh_cfg) -> bool:
+  """A GPU push's buckets from a tied model sharded over both processes: process 0 gets
+  every served tensor once (the embedding once, no head), byte for byte the unsharded
+  model's; process 1 takes part in the gathers and gets nothing to send."""
+  import ml_dtypes
+  from flax import nnx
+  from graft_jax import distributed
+  from graft_jax.models import ModelConfig, init_model
+  from graft_jax.models.hf_io import hf_tensors
+  from graft_jax.rollout.weight_transfer import device
+  from graft_jax.rollout.weight_transfer.plan import vllm_packed_buckets
+  from graft_jax.sharding import make_mesh, shard_model
+  cfg = ModelConfig(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=64,
+                    num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
+                    tie_word_embeddings=True, qk_norm=True)
+  model = init_model(cfg, rngs=nnx.Rngs(1))
+  golden = {k: np.ascontiguousarray(v.astype(ml_dtypes.bfloat16)).tobytes()
+            for k, v in hf_tensors(model).items()}
+  shard_model(model, make_mesh(mesh_cfg))
+  plan, sources = device.serving(model, "bfloat16")
+  buckets = vllm_packed_buckets(plan, 4096)
+  sender = distributed.is_writer()
+  packed = list(device.packed_buckets(sources, buckets, jax.local_devices()[0], sender=sender))
+  names = [t.name for t in plan]
+  once = (len(set(names)) == len(names) == len(golden) and "lm_head.weight" not in names
+          and [i for b in buckets for i in b] == list(range(len(plan))) and len(buckets) > 1)
+  if not sender:
+    return once and all(p is None for p in packed)
+  return once and (b"".join(np.asarray(p).tobytes() for p in packed)
+                   == b"".join(golden[n] for n in names))
+
+
 def main(process_id: int, port: int, out: str) -> None:
   jax.config.update("jax_num_cpu_devices", 2)
   from graft_jax import distributed
@@ -90,6 +122,8 @@ def main(process_id: int, port: int, out: str) -> None:
                                                      process_id), 5).tolist(),
   }
   report["weights_equal"] = weights_written_alike(pathlib.Path(out).parent, MeshConfig(1, 4, 1))
+  report["pushed_alike"] = pushed_alike(MeshConfig(1, 4, 1))
+  assert report["pushed_alike"], "process 1: the push's gathers or plan differ"
   distributed.sync("helpers-done")
   if distributed.is_writer():
     with open(out, "w") as f:

@@ -41,4 +41,5 @@ def test_two_processes(tmp_path):
   assert got["local_rows"] == [0, 2]  # data 2 x fsdp 2 over 8 rows: process 0 holds rows 0-3
   assert got["back_equal"] and got["row_sums_equal"]
   assert got["weights_equal"]  # weight sync from a model split across both processes
+  assert got["pushed_alike"]  # a GPU push's buckets from both processes: each tensor once
   np.testing.assert_array_equal(got["gathered"], [[0, 0], [0, 0], [0, 0], [1, 1], [1, 1]])

@@ -29,3 +29,29 @@ def test_plan_prints_fit_phases_step_and_gpu_hours():
   # 1,024 prompts / 128 per step x 3 epochs = 24 steps
   runs = re.findall(r"step @ (.+?): (\d+) s; the run's (\d+) steps: .* (\d+) GPU-hours on 4", out)
   assert [r[0] for r in runs] == ["stated", "H200 check"] and all(r[2] == "24" for r in runs)
+
+
+def test_plan_prints_the_vllm_placement_per_gpu_and_the_sync_seconds():
+  env = dict(os.environ)
+  env.pop("XLA_FLAGS", None)
+  proc = subprocess.run(
+      [sys.executable, "launch/plan.py", "--config=configs/pair_smollm3_qwen3.py:graft,vllm",
+       "--devices=4", "--device-memory-gb=141", "--processes=2",
+       "--config.max_prompt_len=256", "--config.max_response_len=256", "--train-prompts=1024"],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+  out = proc.stdout
+  assert proc.returncode == 0, out[-2000:] + proc.stderr[-2000:]
+  # The pair's 4-GPU placement: the trainer on every GPU at 0.5, a server on GPUs 2 and 3.
+  assert "placement on 4 GPUs of 131.32 GiB (weight sync: nccl;" in out, out
+  for gpu in (0, 1):
+    assert re.search(rf"^GPU {gpu}: trainer 0.50 = 65.66 GiB \(needs [\d.]+ GiB\); total 0.50$",
+                     out, re.M), out
+  assert re.search(r"^GPU 2: trainer 0.50 .*; vLLM smollm3_3b 0.45 = 59.09 GiB \(needs 5.73 GiB\);"
+                   r" total 0.95$", out, re.M), out
+  assert re.search(r"^GPU 3: .*vLLM qwen3_1p7b 0.45 .* total 0.95$", out, re.M), out
+  assert "2 trainer process(es) (this run: nccl)" in out
+  # Qwen3-1.7B, bf16, tied embedding once: 3.44 GB; over 2 processes half is gathered first.
+  b = 2 * 1_720_574_976
+  assert (f"qwen3_1p7b      reload {b / 0.2e9:.2f} s, nccl, process 0 gathers "
+          f"{b / 2 / 20e9 + b / 100e9:.2f} s, nccl, each process sends its shards "
+          f"{b / 100e9:.2f} s") in out, out

@@ -30,9 +30,13 @@ def test_parameter_count_matches_the_published_shapes():
   assert got == _qwen3_1p7b_params_by_hand() == 1_720_574_976
 
 
-def test_trainer_share_is_jax_default_unless_set():
-  assert run_plan.trainer_fraction(_cfg()) == 0.75
+def test_trainer_share_comes_from_the_placement_unless_set():
+  assert run_plan.trainer_fraction(_cfg()) == 0.9  # the JAX engine: GPUs of its own
   assert run_plan.trainer_fraction(_cfg(xla_mem_fraction=0.5)) == 0.5
+  # A server beside the trainer on each GPU: what it leaves, less the 0.05 headroom.
+  cfg = _cfg(engine="vllm", vllm__gpus__model_a=(0,), vllm__gpus__model_b=(1,),
+             vllm__gpu_memory_utilization=0.3, vllm__weight_sync="reload")
+  assert run_plan.trainer_fraction(cfg) == pytest.approx(0.65)
 
 
 def test_vllm_server_budgets_subtract_serving_weights():
@@ -85,3 +89,31 @@ def test_plan_of_three_models_counts_every_other_models_state(tmp_path):
     assert r["fits"]
   text = run_plan.format_plan(mesh, available, table, 64)
   assert all(f"\n{n} " in text for n in "abc")
+
+
+def _row(update, sampling):
+  return dict(update=update, sampling=sampling)
+
+
+def test_placement_puts_each_share_on_its_gpus():
+  gib = 2**30
+  cfg = _cfg(engine="vllm", jax_devices=(0, 1), vllm__gpus__model_a=(2,),
+             vllm__gpus__model_b=(3,), vllm__gpu_memory_utilization=0.9)
+  servers = [dict(name="a", gpus=(2,), weights=6 * gib), dict(name="b", gpus=(3,), weights=4 * gib)]
+  rows = run_plan.placement(cfg, 4, 100 * gib, [_row(50 * gib, 30 * gib), _row(20 * gib, 60 * gib)],
+                            servers, margin_bytes=4 * gib)
+  assert [[u["who"] for u in r["users"]] for r in rows] == [
+      ["trainer"], ["trainer"], ["vLLM a"], ["vLLM b"]]
+  trainer = rows[0]["users"][0]
+  assert trainer["need"] == 64 * gib and trainer["share"] == 90 * gib  # largest phase + margin
+  assert rows[2]["users"][0]["need"] == 6 * gib and all(r["fits"] for r in rows)
+  text = run_plan.format_placement(rows, 100 * gib, "nccl")
+  assert "weight sync: nccl" in text and "GPU 2: vLLM a 0.90 = 90.00 GiB" in text
+  # The trainer's phase over its share, and a GPU whose shares pass 1, do not fit.
+  rows = run_plan.placement(cfg, 4, 50 * gib, [_row(50 * gib, 30 * gib)], servers,
+                            margin_bytes=4 * gib)
+  assert not rows[0]["fits"] and "DOES NOT FIT" in run_plan.format_placement(rows, 50 * gib, "x")
+  shared = _cfg(xla_mem_fraction=0.5, vllm__gpu_memory_utilization=0.4)
+  rows = run_plan.placement(shared, 1, 100 * gib, [], [dict(servers[0], gpus=(0,)),
+                                                       dict(servers[1], gpus=(0,))], 0)
+  assert rows[0]["fraction"] == pytest.approx(1.3) and not rows[0]["fits"]

@@ -268,6 +268,13 @@ def test_a_restarted_server_gets_the_trainers_weights_before_the_probe(weight_sy
   engine.weight_sync, engine._model, engine.syncs = weight_sync, "current model", 3
   engine._pusher = None if weight_sync == "reload" else Pusher()
   engine._probe = lambda: calls.append("probe")
+  engine._multi = False
   assert engine._with_restarts(lambda: calls.append("call") or "done") == "done"
   pushed = [] if weight_sync == "reload" else [("push", "current model", 3)]
   assert calls == ["ready", *pushed, "probe", "call"]
+  # Under several trainer processes a push gathers from all of them: process 0 cannot
+  # restore a restarted server alone, and says so instead of hanging.
+  if weight_sync != "reload":
+    engine._multi, Restarted.ready = True, False
+    with pytest.raises(SidecarError, match="only a collective push restores it"):
+      engine._with_restarts(lambda: "done")

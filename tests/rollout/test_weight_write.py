@@ -58,3 +58,20 @@ def test_a_model_with_stacked_blocks_serves_the_same_bytes(ckpt, tmp_path):
   vllm_sync.write_weights(model, tmp_path / "stacked", "bfloat16")
   assert ((tmp_path / "stacked" / "model.safetensors").read_bytes()
           == (tmp_path / "per_layer" / "model.safetensors").read_bytes())
+
+
+def test_a_push_servers_first_checkpoint_stays_tied(ckpt, tmp_path):
+  """A server whose later weights arrive by push starts from a tied checkpoint, so its head
+  shares the embedding's storage and every push sends the embedding once."""
+  model, cfg = load_hf(ckpt.path)
+  vllm_sync.write_weights(model, tmp_path, "float32", untie=False)
+  want = load_file(ckpt.path / "model.safetensors")
+  got = load_file(tmp_path / "model.safetensors")
+  assert got.keys() == want.keys()  # no lm_head.weight added to a tied model
+  for key, w in want.items():
+    np.testing.assert_array_equal(got[key], w.astype(np.float32), err_msg=key)
+  config = json.loads((tmp_path / "config.json").read_text())
+  assert config["tie_word_embeddings"] is cfg.tie_word_embeddings
+  served = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+  ids = tiny_hf.random_ids(2, 40, seed=5)
+  np.testing.assert_array_equal(tiny_hf.hf_logits(served, ids), tiny_hf.hf_logits(ckpt.hf_model, ids))

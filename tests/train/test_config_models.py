@@ -103,12 +103,13 @@ def test_vllm_places_a_server_per_model_past_the_pair():
 
 
 def test_vllm_placement_of_a_third_model_is_checked_by_its_field():
-  with pytest.raises(config_lib.ConfigError) as e:  # on the trainer's GPU, no memory split
+  with pytest.raises(config_lib.ConfigError) as e:  # on the trainer's GPU, leaving it 0.05
     config_lib.from_config_dict(three(**{"engine": "vllm", "jax_devices": (0,),
-                                         "vllm.gpus.more": ((0,),)}))
+                                         "vllm.gpus.more": ((0,),),
+                                         "vllm.gpu_memory_utilization": 0.9}))
   assert e.value.field == "vllm.gpus.more[0]"
-  assert str(e.value).startswith("vllm.gpus.more[0]=(0,) and jax_devices=(0,) put a vLLM server "
-                                 "and the trainer on GPU 0 without a memory split")
+  assert str(e.value).startswith("vllm.gpus.more[0]=(0,) and jax_devices=(0,) share GPU 0, "
+                                 "and 1 x vllm.gpu_memory_utilization=0.9 leaves the trainer")
   with pytest.raises(config_lib.ConfigError) as e:  # more entries than models past the second
     config_lib.from_config_dict(three(**{"vllm.gpus.more": ((1,), (2,))}))
   assert e.value.field == "vllm.gpus.more"

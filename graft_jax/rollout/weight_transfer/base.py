@@ -16,6 +16,12 @@ class Sender:
 
   Every trainer process calls `send` (parameters other processes hold are gathered
   collectively); process 0 sends from `device` (default: its first local device).
+  Process 0 gathers rather than each process sending its own shards because the
+  server's GPUs receive every byte through their one link either way, so the
+  broadcast takes as long; only the gather's (P-1)/P of the bytes would be saved,
+  which ``launch/plan.py`` puts well under a second per step for the paper's
+  models (`graft_jax.plan.step_time.sync_choices`), a fraction of a percent of a
+  step; and vLLM's NCCL receiver takes every bucket from one broadcasting rank.
   `head_copy`: see `device.serving`. Subclasses set `cut` and implement `_open`
   (both sides of the transfer), `_close` and `_push`.
   """
