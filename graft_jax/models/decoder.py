@@ -120,7 +120,7 @@ class Decoder(nnx.Module):
 
   def set_decode_attention(self, impl: str) -> None:
     """How a decode step's attention over the KV cache runs: 'auto' (the CPU
-    kernel of `graft_jax.models.decode_kernel` where it applies, XLA otherwise),
+    kernel of `graft_jax.backends.cpu.decode_kernel` where it applies, XLA otherwise),
     'xla', or 'kernel' (the kernel or an error at trace time). Static: it lives
     in the graphdef, so a change recompiles. A sampler sharded over several
     devices keeps XLA's (`JaxSamplerEngine`)."""

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from graft_jax.models import decode_kernel
+from graft_jax import backends
 from graft_jax.models.attention import MASK_VALUE, attention
 from graft_jax.models.matmul import linear
 
@@ -156,7 +156,7 @@ class Attention(nnx.Module):
           v_cache, v_BxTxKxH.transpose(0, 2, 1, 3).astype(v_cache.dtype), (0, 0, cache_index, 0))
       cache = (k_BxKxHxS, v_BxKxSxH)
     if in_kernel:
-      out_BxKxGxH, k_BxKxHxS, v_BxKxSxH = decode_kernel.decode_attention(
+      out_BxKxGxH, k_BxKxHxS, v_BxKxSxH = backends.decode_attention(
           q_BxTxKxGxH[:, 0], *cache, k_BxTxKxH[:, 0], v_BxTxKxH[:, 0], cache_index,
           kv_mask_BxS.astype(bool) & (jnp.arange(kv_mask_BxS.shape[1]) <= cache_index)[None],
           scale=h ** -0.5)
@@ -174,13 +174,14 @@ class Attention(nnx.Module):
 
   def _decode_kernel(self, q_BxTxKxGxH, cache) -> bool:
     """Whether a decode step (one query per row) writes its key and value and
-    attends in the CPU kernel of `graft_jax.models.decode_kernel`: where
-    `decode_attention` is 'kernel', or 'auto' and the kernel applies (an x86
-    CPU with AVX-512 or AVX2, f32, head_dim 32 / 64 / 128 / 256). Otherwise, and for 'xla', the
-    cache is written with ``dynamic_update_slice`` and `_cached` attends."""
+    attends in the CPU kernel (`graft_jax.backends.decode_attention`): where
+    `decode_attention` is 'kernel', or 'auto' and the kernel applies (the CPU
+    backend on an x86 host with AVX-512 or AVX2, f32, head_dim 32 / 64 / 128 /
+    256). Otherwise, and for 'xla', the cache is written with
+    ``dynamic_update_slice`` and `_cached` attends."""
     if self.decode_attention == "xla":
       return False
-    why_not = decode_kernel.applies(q_BxTxKxGxH[:, 0], *cache)
+    why_not = backends.decode_attention_reason(q_BxTxKxGxH[:, 0], *cache)
     if why_not is not None and self.decode_attention == "kernel":
       raise ValueError(f"decode_attention='kernel', but the CPU decode kernel {why_not}")
     return why_not is None

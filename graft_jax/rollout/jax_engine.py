@@ -20,8 +20,10 @@ another.
 
 Under a mesh the prompts, and so every decode row and its KV cache, are split
 over the batch axes (data x fsdp, `graft_jax.sharding.batch_sharding`): each
-device samples its share with the parameters sharded as the trainer holds
-them, instead of every device sampling every row. Under several processes each
+device samples its share, instead of every device sampling every row. Each
+`generate` first casts the weights to the sampling dtype and gathers them out
+of the trainer's FSDP shards (`graft_jax.rollout.decode_weights`), once, so
+no decode step casts or gathers a weight. Under several processes each
 hands in only its devices' prompts (`graft_jax.distributed.to_global`) and the
 responses are gathered back (`to_host`).
 """
@@ -29,6 +31,7 @@ responses are gathered back (`to_host`).
 from __future__ import annotations
 
 import concurrent.futures
+import time
 from typing import Sequence
 
 import jax
@@ -36,7 +39,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from graft_jax import distributed
+from graft_jax import backends, distributed
+from graft_jax.models.decoder import init_model
+from graft_jax.rollout.decode_weights import decoding_weights
 from graft_jax.rollout.kv_budget import bucket, call_plan, kv_bytes_per_prompt
 from graft_jax.rollout.sampler import generate_padded
 from graft_jax.rollout.types import RolloutBatch, SamplingParams, check_generate_args
@@ -57,7 +62,7 @@ class JaxSamplerEngine:
     max_kv_bytes: KV-cache bytes one call may hold, and the calls in flight together
       (None: the model's `kv_cache_bytes` memory option; 0: no limit).
     streams: up to how many calls, of a power of two of prompts each, run side by
-      side, each from its own host thread (None: `default_streams()`); a call keeps
+      side, each from its own host thread (None: `graft_jax.backends.sampler_streams()`); a call keeps
       at least `min_stream_rows` rows. Without a mesh only: a sharded call already
       spreads its rows over the devices.
   """
@@ -82,9 +87,10 @@ class JaxSamplerEngine:
       from graft_jax.sharding import batch_shards  # pylint: disable=import-outside-toplevel
       self.row_shards = batch_shards(mesh)
     self.model_cfg = model.cfg
+    self.dtype = model.dtype  # the sampling dtype: the weights are cast to it per call
     self.kv_itemsize = jnp.dtype(cache_dtype or model.dtype).itemsize
     self.max_kv_bytes = int(model.kv_cache_bytes if max_kv_bytes is None else max_kv_bytes)
-    self.streams = default_streams() if streams is None else int(streams)
+    self.streams = backends.sampler_streams() if streams is None else int(streams)
     if self.streams < 1:
       raise ValueError(f"JaxSamplerEngine: streams must be >= 1, got {self.streams}")
     if mesh is not None:
@@ -118,7 +124,7 @@ class JaxSamplerEngine:
 
   def _xla_decode_attention(self, graphdef, state):
     """`graphdef` with XLA's decode attention: the CPU kernel
-    (`graft_jax.models.decode_kernel`) runs whole rows on one device and has no
+    (`graft_jax.backends.cpu.decode_kernel`) runs whole rows on one device and has no
     rule for splitting them over the mesh. The caller's model is left as it is."""
     copy = nnx.merge(graphdef, state)
     if copy.decode_attention == "kernel":
@@ -151,10 +157,12 @@ class JaxSamplerEngine:
     greedy = params.temperature == 0
     valid = np.arange(p_bucket) < num
 
+    state = self.decoding_state()
+
     def call(start: int):
       part = slice(start, start + chunk)
       return generate_padded(
-          self.graphdef, self.state, *map(self._rows, (ids[part], mask[part], valid[part])),
+          self.graphdef, state, *map(self._rows, (ids[part], mask[part], valid[part])),
           jax.random.key(params.seed), jnp.int32(params.max_new_tokens),
           jnp.float32(params.temperature if not greedy else 1.0), jnp.float32(params.top_p),
           jnp.int32(start * n), n=n, max_new=n_bucket, eos_ids=self.eos_ids,
@@ -192,17 +200,33 @@ class JaxSamplerEngine:
         prompt_index_B=np.repeat(np.arange(num, dtype=np.int32), n),
         n=n)
 
+  def decoding_state(self):
+    """The weights one `generate` decodes from: in the sampling dtype, and gathered
+    out of the batch axes (data, fsdp) they are sharded over, if any
+    (`graft_jax.rollout.decode_weights`)."""
+    from graft_jax.sharding import LogicalRules  # pylint: disable=import-outside-toplevel
+    return decoding_weights(self.state, self.dtype, LogicalRules().table["batch"])
+
+  def timed_generate(self, prompts: Sequence[Sequence[int]], n: int,
+                     params: SamplingParams) -> tuple[RolloutBatch, float]:
+    """`generate` twice: the first compiles (a warm-up), the second is timed.
+    Returns (the second's batch, its wall seconds, responses fetched to the host)."""
+    self.generate(prompts, n, params)
+    start = time.perf_counter()
+    batch = self.generate(prompts, n, params)
+    return batch, time.perf_counter() - start
+
+  @classmethod
+  def from_random(cls, model_cfg, *, dtype=jnp.bfloat16, seed: int = 0, **engine_kw):
+    """An engine over a decoder with random weights (`graft_jax.models.init_model`)
+    stored and computed in ``dtype``: the sampler's speed on a model's shapes
+    without its checkpoint. ``engine_kw`` are the constructor's (eos_ids and
+    pad_id at least)."""
+    return cls(init_model(model_cfg, rngs=nnx.Rngs(seed), param_dtype=dtype), **engine_kw)
+
   def _rows(self, host: np.ndarray):
     """A host array of prompt rows, split over the mesh's batch axes (as is without one)."""
     if self.mesh is None:
       return host
     from graft_jax.sharding import batch_sharding  # pylint: disable=import-outside-toplevel
     return distributed.to_global(host, batch_sharding(self.mesh, ndim=host.ndim))
-
-
-def default_streams() -> int:
-  """Calls side by side when none is asked for: up to 4 on a CPU, else 1 (on an
-  accelerator one call's operations already fill the device). On 2 cores, 512 rows
-  ran fastest as 4 calls of 128 (of 1, 2, 4 and 8 calls) and 128 rows as 2 calls of
-  64 (of 1, 2 and 4): hence at most 4 calls and `min_stream_rows` = 64 (BENCHMARKS.md)."""
-  return 4 if jax.default_backend() == "cpu" else 1

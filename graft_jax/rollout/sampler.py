@@ -1,16 +1,15 @@
 """The compiled sampler: prefill left-padded prompts once, then a KV-cached decode loop.
 
 Prompts are left-padded so every row's next token lands in the same cache
-slot, which keeps each decode step a single `dynamic_update_slice`. Each
-prompt is prefilled once and its cache repeated `n` times (row `i * n + j`).
-The loop is a `lax.while_loop` that stops when every row has hit EOS, run in
-up to four phases (`window_phases`): the cache holds only the slots the steps so
-far can fill and grows (one copy) between phases, so a step's attention reads
-about the filled part of the cache rather than every slot of the budget. A
-one-token step is bound by reading the cache from memory; on the speed
-benchmark's 512 rows x 128 tokens this took the sampler from 6,900 to 8,500
-tokens/s on a 2-core CPU (BENCHMARKS.md). The cache at its largest is the
-budget's, as before.
+slot, which keeps each decode step a single in-place `dynamic_update_slice`.
+Each prompt is prefilled once and its cache repeated `n` times (row `i * n + j`)
+into the call's decode cache, allocated once at its final size (prompt_len +
+max_new slots) before the loop; the loop is one `lax.while_loop` that stops
+when every row has hit EOS. XLA's decode attention reads the whole cache (a
+window of it would be a copy per step, costlier than the slots it skips); the
+CPU kernel reads each row's live span only. A row that has finished attends
+to its current slot alone, so the kernel skips its cache; its tokens are pad
+from then on and nothing reads its logits.
 """
 
 from __future__ import annotations
@@ -44,8 +43,9 @@ class _Carry(NamedTuple):
   cache: tuple
 
 
-def prefill(model, prompt_ids_PxL, prompt_mask_PxL, max_new: int, cache_dtype=None):
-  """Runs the prompts through the model into a cache of length L + max_new.
+def prefill(model, prompt_ids_PxL, prompt_mask_PxL, max_new: int = 0, cache_dtype=None):
+  """Runs the prompts through the model into a cache of length L + max_new
+  (`generate_padded` prefills the L slots alone and widens the repeated cache).
 
   Returns (last_logits_PxV, cache, kv_mask_PxS, next_positions_P).
   """
@@ -58,27 +58,25 @@ def prefill(model, prompt_ids_PxL, prompt_mask_PxL, max_new: int, cache_dtype=No
   return logits_Px1xV[:, 0], cache, kv_mask_PxS, mask_PxL.sum(axis=1).astype(jnp.int32)
 
 
-DECODE_PHASES = 4
-
-
-def window_phases(max_new: int, phases: int = DECODE_PHASES, multiple: int = 16) -> tuple[int, ...]:
-  """The decode steps at which each phase of the loop ends, the last at ``max_new``.
-
-  Phase p runs steps [end_{p-1}, end_p) as its own ``while_loop`` over a cache of
-  prompt_len + end_p slots, the most its steps can fill: a decode step attends
-  over the part of the cache filled so far (rounded up to the phase), not over
-  every slot of the budget. Phases are ``max_new / phases`` steps, rounded up to
-  a multiple of ``multiple``; each compiles one copy of the step.
-  """
-  size = -(-max(1, -(-max_new // phases)) // multiple) * multiple
-  return tuple(range(size, max_new, size)) + (max_new,)
-
-
 def _grow(x, axis: int, size: int):
   """``x`` zero-padded at the end of ``axis`` to ``size`` entries."""
   widths = [(0, 0)] * x.ndim
   widths[axis] = (0, size - x.shape[axis])
   return jnp.pad(x, widths)
+
+
+def decode_cache(cache, kv_mask_BxL, slots: int):
+  """The prefilled cache and mask widened once to the call's ``slots``: the
+  decode loop's cache, at its final size before the first step."""
+  return (tuple((_grow(k, 3, slots), _grow(v, 2, slots)) for k, v in cache),
+          _grow(kv_mask_BxL, 1, slots))
+
+
+def attention_mask(kv_mask_BxS, done_B, slot):
+  """The slots each row attends to in this step: its own (``kv_mask_BxS``), or for
+  a row that is done (its logits are never read again) the current slot alone."""
+  only_slot_S = jnp.arange(kv_mask_BxS.shape[1]) == slot
+  return jnp.where(done_B[:, None], only_slot_S[None], kv_mask_BxS)
 
 
 def decode(model, key, logits_BxV, cache, kv_mask_BxS, positions_B, done_B, *, prompt_len: int,
@@ -89,8 +87,8 @@ def decode(model, key, logits_BxV, cache, kv_mask_BxS, positions_B, done_B, *, p
 
   These rows are rows `row_offset..` of a call of `total_rows` (None: all of
   it): each row draws the random numbers it would draw in the whole call. The
-  cache and `kv_mask_BxS` come with at most prompt_len + window_phases(max_new)[0]
-  slots and grow phase by phase."""
+  cache and `kv_mask_BxS` come at their final size, prompt_len + max_new slots
+  (`decode_cache`)."""
   b = logits_BxV.shape[0]
   eos_E = jnp.asarray(eos_ids, jnp.int32)
 
@@ -101,28 +99,22 @@ def decode(model, key, logits_BxV, cache, kv_mask_BxS, positions_B, done_B, *, p
     live_B = ~c.done_B
     token_B = jnp.where(live_B, token_B, pad_id)
     logp_B = jnp.where(live_B, logp_B, 0.0)
+    done_B = c.done_B | (live_B & jnp.isin(token_B, eos_E))
     tokens_BxN = jax.lax.dynamic_update_slice(c.tokens_BxN, token_B[:, None], (0, c.step))
     logp_BxN = jax.lax.dynamic_update_slice(c.logp_BxN, logp_B[:, None], (0, c.step))
     slot = prompt_len + c.step
     kv_mask_BxS = jax.lax.dynamic_update_slice(c.kv_mask_BxS, live_B[:, None], (0, slot))
     logits_Bx1xV, cache = model.forward_cached(
-        token_B[:, None], (positions_B + c.step)[:, None], kv_mask_BxS, c.cache, slot)
+        token_B[:, None], (positions_B + c.step)[:, None],
+        attention_mask(kv_mask_BxS, done_B, slot), c.cache, slot)
     return _Carry(c.step + 1, tokens_BxN, logp_BxN, c.lengths_B + live_B.astype(jnp.int32),
-                  c.done_B | (live_B & jnp.isin(token_B, eos_E)), logits_Bx1xV[:, 0],
-                  kv_mask_BxS, cache)
+                  done_B, logits_Bx1xV[:, 0], kv_mask_BxS, cache)
 
   init = _Carry(jnp.int32(0), jnp.full((b, max_new), pad_id, jnp.int32),
                 jnp.zeros((b, max_new), jnp.float32), jnp.zeros((b,), jnp.int32), done_B,
                 logits_BxV.astype(jnp.float32), kv_mask_BxS, cache)
-  out = init
-  for end in window_phases(max_new):
-    # Steps < end write slots < prompt_len + end: the cache grows to that many
-    # slots (one copy per phase) and each step attends over all of it.
-    out = out._replace(kv_mask_BxS=_grow(out.kv_mask_BxS, 1, prompt_len + end),
-                       cache=tuple((_grow(k, 3, prompt_len + end), _grow(v, 2, prompt_len + end))
-                                   for k, v in out.cache))
-    cond = lambda c, end=end: (c.step < jnp.minimum(steps, end)) & ~jnp.all(c.done_B)
-    out = jax.lax.while_loop(cond, body, out)
+  cond = lambda c: (c.step < steps) & ~jnp.all(c.done_B)
+  out = jax.lax.while_loop(cond, body, init)
   return SamplerOutput(out.tokens_BxN, out.logp_BxN, out.lengths_B, out.done_B & ~done_B)
 
 
@@ -143,11 +135,12 @@ def generate_padded(graphdef, state, prompt_ids_PxL, prompt_mask_PxL, prompt_val
   `total_rows`, and samples what the whole call would for its rows.
   """
   model = nnx.merge(graphdef, state)
-  # The cache starts with the first decode phase's slots; `decode` grows it.
-  logits_PxV, cache, kv_mask_PxS, positions_P = prefill(
-      model, prompt_ids_PxL, prompt_mask_PxL, window_phases(max_new)[0], cache_dtype)
+  logits_PxV, cache, kv_mask_PxL, positions_P = prefill(
+      model, prompt_ids_PxL, prompt_mask_PxL, cache_dtype=cache_dtype)
   rep = lambda x: jnp.repeat(x, n, axis=0)
-  return decode(model, key, rep(logits_PxV), jax.tree.map(rep, cache), rep(kv_mask_PxS),
+  cache, kv_mask_BxS = decode_cache(jax.tree.map(rep, cache), rep(kv_mask_PxL),
+                                    prompt_ids_PxL.shape[1] + max_new)
+  return decode(model, key, rep(logits_PxV), cache, kv_mask_BxS,
                 rep(positions_P), rep(~prompt_valid_P.astype(bool)),
                 prompt_len=prompt_ids_PxL.shape[1], max_new=max_new, steps=steps,
                 temperature=temperature, top_p=top_p, eos_ids=eos_ids, pad_id=pad_id,

@@ -316,7 +316,7 @@ class TrainConfig:
   attention_impl: str = 'dense'
   attention_block: int = 512  # positions per query / key block of 'blocked'
   # The JAX sampler's decode-step attention over the KV cache: 'auto' runs the
-  # hand-written CPU kernel (graft_jax.models.decode_kernel: AVX-512 or AVX2, f32, built
+  # hand-written CPU kernel (graft_jax.backends.cpu.decode_kernel: AVX-512 or AVX2, f32, built
   # with the host's g++ at first use) where it applies and XLA's elsewhere (GPUs,
   # a sampler sharded over several devices); 'xla'; 'kernel' (an error where it
   # cannot run).

@@ -281,7 +281,7 @@ def _check_decode_kernel(cfg) -> None:
     raise ConfigError(f"decode_attention='kernel' takes dtype=float32 (the CPU kernel is "
                       f"f32 only), got dtype={cfg.dtype!r}; 'auto' uses it where it applies",
                       field='decode_attention')
-  from graft_jax.models import decode_kernel  # pylint: disable=import-outside-toplevel
+  from graft_jax.backends.cpu import decode_kernel  # pylint: disable=import-outside-toplevel
   reason = decode_kernel.host_reason()
   if reason is not None:
     raise ConfigError(f"decode_attention='kernel', but the CPU decode kernel {reason}; "

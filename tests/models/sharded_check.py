@@ -12,7 +12,8 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from graft_jax.models import decode_kernel, load_hf, token_logprobs  # noqa: E402
+from graft_jax.backends.cpu import decode_kernel  # noqa: E402
+from graft_jax.models import load_hf, token_logprobs  # noqa: E402
 from graft_jax.rollout import JaxSamplerEngine, SamplingParams  # noqa: E402
 from graft_jax.sharding import (MeshConfig, batch_sharding, make_mesh,  # noqa: E402
                                 state_shardings)

@@ -1,4 +1,4 @@
-"""The CPU decode-attention kernel (graft_jax.models.decode_kernel) against float64 NumPy,
+"""The CPU decode-attention kernel (graft_jax.backends.cpu.decode_kernel) against float64 NumPy,
 and the decoder routing its decode steps through it ('auto' / 'kernel') or not ('xla')."""
 
 import jax
@@ -9,7 +9,8 @@ from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graft_jax.models import ModelConfig, decode_kernel, init_model
+from graft_jax.backends.cpu import decode_kernel
+from graft_jax.models import ModelConfig, init_model
 from graft_jax.rollout import JaxSamplerEngine, SamplingParams
 
 HOST = decode_kernel.host_reason()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from graft_jax import backends
 from graft_jax.models.config import ModelConfig
 from graft_jax.models.decoder import init_model
 from graft_jax.rollout import JaxSamplerEngine, SamplingParams
@@ -137,5 +138,5 @@ def test_a_mesh_keeps_one_call_at_a_time(monkeypatch):
 
 def test_default_streams_on_a_cpu():
   assert jax.default_backend() == "cpu"
-  assert jax_engine.default_streams() == 4
+  assert backends.sampler_streams() == 4
   assert _engine().streams == 4

@@ -25,9 +25,9 @@ processor has (`ISAS`: AVX-512, else AVX2 with FMA), into
 ``~/.cache/graft_jax/kernels`` (``GRAFT_KERNEL_CACHE`` overrides), named by a
 hash of the source, the compiler, its flags and jaxlib; later processes load
 the built library. Where it cannot be built (no compiler, neither instruction
-set, not x86-64, not a CPU backend), `unavailable_reason` says why, and the
-decoder's 'auto' decode attention keeps XLA's formulation
-(`graft_jax.models.layers.Attention`).
+set, not x86-64), `unavailable_reason` says why, and the decoder's 'auto'
+decode attention keeps XLA's formulation (`graft_jax.models.layers.Attention`).
+Only a CPU backend calls it (`graft_jax.backends.decode_attention_reason`).
 """
 
 from __future__ import annotations
@@ -159,10 +159,9 @@ def _registered(isa: str | None) -> str | None:
 
 
 def applies(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH) -> str | None:
-  """Why the kernel cannot take these operands here (None: it can): the backend,
-  the dtypes, the head dim, then the host and build (`unavailable_reason`)."""
-  if jax.default_backend() != "cpu":
-    return f"runs on CPUs only, the backend is {jax.default_backend()}"
+  """Why the kernel cannot take these operands (None: it can): the dtypes, the
+  head dim, then the host and build (`unavailable_reason`). The backend is the
+  caller's check (`graft_jax.backends`)."""
   dtypes = {x.dtype for x in (q_BxKxGxH, k_BxKxHxS, v_BxKxSxH)}
   if dtypes != {jnp.dtype(jnp.float32)}:
     return f"takes float32 only, got {sorted(str(d) for d in dtypes)}"

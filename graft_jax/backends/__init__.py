@@ -1,0 +1,66 @@
+"""The one place that picks backend-specific code, by `jax.default_backend()`.
+
+Speed code written for one backend lives in a subpackage of its own
+(`graft_jax.backends.cpu`) and is reached only through the functions here,
+which use it when `platform()` is that backend and plain JAX otherwise: a
+program traced for a GPU or TPU holds none of the CPU code (no custom VJP
+around the matmul, no call into the CPU decode kernel), and on a CPU it is on
+by default.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import jax
+
+from graft_jax.backends import cpu
+
+
+_TARGET: list[str] = []  # set by `traced_for`
+
+
+def platform() -> str:
+  """The backend programs are traced for: 'cpu', 'gpu' or 'tpu' (JAX's default
+  backend, or the one `traced_for` names)."""
+  return _TARGET[-1] if _TARGET else jax.default_backend()
+
+
+@contextlib.contextmanager
+def traced_for(name: str):
+  """Programs traced inside are traced as for backend ``name``: a planner on a CPU
+  compiles a GPU run's programs without the CPU-only code."""
+  _TARGET.append(name)
+  try:
+    yield
+  finally:
+    _TARGET.pop()
+
+
+def matmul(x_MxK, w_KxN):
+  """``x @ w`` for 2-D operands of one dtype; on a CPU with the weight gradient of
+  `graft_jax.backends.cpu.matmul`, elsewhere plain autodiff."""
+  if platform() == "cpu":
+    return cpu.matmul_cpu(x_MxK, w_KxN)
+  return x_MxK @ w_KxN
+
+
+def decode_attention_reason(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH) -> str | None:
+  """Why a decode step's attention cannot run in the CPU kernel here (None: it
+  can): the backend first, then the kernel's own conditions
+  (`graft_jax.backends.cpu.decode_kernel.applies`)."""
+  if platform() != "cpu":
+    return f"runs on CPUs only, the backend is {platform()}"
+  return cpu.decode_kernel.applies(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH)
+
+
+def decode_attention(*operands, scale: float):
+  """The CPU kernel's decode step (`graft_jax.backends.cpu.decode_kernel.decode_attention`);
+  call it only where `decode_attention_reason` gives None."""
+  return cpu.decode_kernel.decode_attention(*operands, scale=scale)
+
+
+def sampler_streams() -> int:
+  """The JAX sampler's calls side by side when none is asked for: `cpu.SAMPLER_STREAMS`
+  on a CPU, 1 elsewhere (on an accelerator one call's operations fill the device)."""
+  return cpu.SAMPLER_STREAMS if platform() == "cpu" else 1

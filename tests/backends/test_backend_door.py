@@ -1,0 +1,94 @@
+"""`graft_jax.backends` is the one door to the CPU-only code: with the backend taken
+for a GPU, a tiny decoder's forward + backward and its sampler's decode step trace
+none of it (no custom VJP around the matmul, no call into the CPU decode kernel, no
+host callback); on a CPU they trace both, and the sampler's default streams follow."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from graft_jax import backends
+from graft_jax.backends.cpu import decode_kernel
+from graft_jax.models import ModelConfig, init_model
+from graft_jax.rollout import JaxSamplerEngine
+from graft_jax.rollout.sampler import generate_padded
+
+CFG = ModelConfig(model_type="qwen3", vocab_size=61, hidden_size=32, intermediate_size=48,
+                  num_layers=2, num_heads=4, num_kv_heads=2, head_dim=32, qk_norm=True)
+HOST = decode_kernel.host_reason()
+
+
+@pytest.fixture(params=["cpu", "gpu"])
+def platform(request, monkeypatch):
+  """The backend the door sees; the traces are cleared so no program traced for the
+  other one is reused."""
+  monkeypatch.setattr(backends, "platform", lambda: request.param)
+  jax.clear_caches()
+  yield request.param
+  jax.clear_caches()
+
+
+def test_forward_and_backward_trace_the_cpu_matmul_only_on_a_cpu(platform):
+  model = init_model(CFG, rngs=nnx.Rngs(0))
+  graphdef, state = nnx.split(model)
+  ids_BxT = jnp.asarray(np.random.default_rng(0).integers(0, 61, (2, 7)), jnp.int32)
+
+  def loss(state):
+    return nnx.merge(graphdef, state)(ids_BxT).mean()
+
+  forward = str(jax.make_jaxpr(loss)(state))
+  step = str(jax.make_jaxpr(jax.value_and_grad(loss))(state))
+  lowered = jax.jit(jax.value_and_grad(loss)).lower(state).as_text()
+  assert "dot_general" in forward and "dot_general" in lowered  # the projections are there
+  for text in (forward, step, lowered):
+    assert "callback" not in text
+  # 7 projections per block. Differentiated, the custom VJP leaves its backward's
+  # materialised transpose (an optimization barrier) in the program.
+  projections = 7 * CFG.num_layers
+  if platform == "gpu":
+    assert "matmul_cpu" not in forward and "_matmul_bwd" not in forward
+    assert "optimization_barrier" not in step and "optimization_barrier" not in lowered
+  else:
+    assert forward.count("name=matmul_cpu") == projections
+    assert step.count("optimization_barrier") == projections
+    assert "optimization_barrier" in lowered
+
+
+def _decode_text(model) -> str:
+  """The sampler's compiled program (prefill and decode loop), lowered to StableHLO."""
+  graphdef, state = nnx.split(model)
+  ids = np.ones((2, 16), np.int32)
+  return generate_padded.lower(
+      graphdef, state, ids, np.ones_like(ids, bool), np.ones(2, bool), jax.random.key(0),
+      np.int32(4), np.float32(1.0), np.float32(1.0), n=2, max_new=16, eos_ids=(1,),
+      pad_id=0, greedy=False, top_k=0, use_top_p=False).as_text()
+
+
+@pytest.mark.skipif(HOST is not None, reason=f"the CPU kernel cannot run: {HOST}")
+def test_decode_step_calls_the_cpu_kernel_only_on_a_cpu(platform):
+  text = _decode_text(init_model(CFG, rngs=nnx.Rngs(0)))
+  assert "stablehlo.while" in text
+  assert "callback" not in text
+  assert (decode_kernel.TARGET in text) == (platform == "cpu")
+  if platform == "gpu":
+    assert "custom_call" not in text
+
+
+def test_a_gpu_refuses_the_kernel_with_one_line(platform):
+  model = init_model(CFG, rngs=nnx.Rngs(0))
+  model.set_decode_attention("kernel")
+  if platform == "gpu":
+    with pytest.raises(ValueError, match="runs on CPUs only, the backend is gpu"):
+      _decode_text(model)
+  else:
+    assert backends.decode_attention_reason(
+        jnp.zeros((1, 1, 2, 32)), jnp.zeros((1, 1, 32, 4)), jnp.zeros((1, 1, 4, 32))) == HOST
+
+
+def test_sampler_streams_by_backend(platform):
+  engine = JaxSamplerEngine(init_model(CFG, rngs=nnx.Rngs(0)), eos_ids=1, pad_id=0)
+  assert engine.streams == (4 if platform == "cpu" else 1)
+  assert JaxSamplerEngine(init_model(CFG, rngs=nnx.Rngs(0)), eos_ids=1, pad_id=0,
+                          streams=3).streams == 3
