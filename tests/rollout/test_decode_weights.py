@@ -17,6 +17,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 from graft_jax.models import ModelConfig, init_model
+from graft_jax.rollout import JaxSamplerEngine, SamplingParams
 from graft_jax.rollout.decode_weights import decoding_sharding, decoding_weights
 from graft_jax.sharding import make_mesh
 
@@ -47,7 +48,6 @@ def test_decoding_weights_cast_floats_once_and_keep_the_rest():
 
 
 def test_engine_decodes_from_the_compute_dtype():
-  from graft_jax.rollout import JaxSamplerEngine  # pylint: disable=import-outside-toplevel
   cfg = ModelConfig(model_type="qwen3", vocab_size=61, hidden_size=32, intermediate_size=48,
                     num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16)
   mixed = init_model(cfg, param_dtype=jnp.float32, dtype=jnp.bfloat16)
@@ -89,3 +89,14 @@ def test_fsdp_mesh_samples_what_one_device_samples(report, temperature):
   got, want = report["got"][temperature], report["want"][temperature]
   assert got["tokens"] == want["tokens"]
   np.testing.assert_allclose(got["logp"], want["logp"], rtol=1e-5, atol=1e-5)
+
+
+def test_random_bf16_engine_times_a_warm_call():
+  cfg = ModelConfig(model_type="qwen3", vocab_size=61, hidden_size=32, intermediate_size=48,
+                    num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16)
+  engine = JaxSamplerEngine.from_random(cfg, dtype=jnp.bfloat16, eos_ids=-1, pad_id=0)
+  assert {x.dtype for x in jax.tree.leaves(engine.decoding_state())} == {
+      jnp.dtype(jnp.bfloat16)}
+  batch, seconds = engine.timed_generate([[3, 4, 5], [6]], 2, SamplingParams(max_new_tokens=5))
+  assert batch.tokens_BxL.shape == (4, 5) and (batch.lengths_B == 5).all()
+  assert 0 < seconds < 60
