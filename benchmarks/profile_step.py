@@ -48,13 +48,13 @@ def main():
       t = side.step(s)
       print(f"{s} | {compiles[s]} | {t['generate']:.2f} | {t['old_logp']:.2f} | "
             f"{t['reward']:.3f} | {t['update']:.2f} | {t['step']:.2f}")
-    batch, pack_s = timed(side.update_batch)
+    (batch, _), pack_s = timed(side.update_batch)
     _, put_s = timed(jax.device_put, batch)
     for micro in (False, True) if args.micro_batch_tokens else (False,):
       compiled, call = side.update_program(micro)
       timed(compiled, *call)  # warm
       out, run_s = timed(compiled, *call)
-      _, get_s = timed(jax.device_get, out[2])
+      _, get_s = timed(jax.device_get, out[1])
       label = f"micro-batches of {args.micro_batch_tokens} tokens" if micro else "whole minibatch"
       print(f"\nupdate, {label}: pack {pack_s * 1e3:.1f} ms, to device {put_s * 1e3:.1f} ms, "
             f"program {run_s:.2f} s, metrics to host {get_s * 1e3:.2f} ms")

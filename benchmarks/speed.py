@@ -81,23 +81,22 @@ def write_bench_model(folder, *, seed: int = 0, vocab_size: int = 1024):
 
 
 def grpo_config(max_prompt_len: int, *, new_tokens: int = 64, prompts: int = 16, n: int = 8,
-                micro_batch_tokens: int = 1024, skip_silent_rows: bool = False,
-                update_streams: int = 1, sampler_streams: int = 0):
+                micro_batch_tokens: int = 0, skip_silent_rows: bool = False,
+                sampler_streams: int = 0):
   """The benchmark's GRPO run: one update per step, fp32, the paper's clip and AdamW.
 
   The gradient is accumulated over micro-batches of ``micro_batch_tokens``
-  (rows x padded length): one optimizer step either way, and on a CPU the
-  smaller working set runs faster than the whole minibatch (BENCHMARKS.md).
+  (rows x padded length): one optimizer step either way.
   Every row runs (``skip_silent_rows`` off): the random model earns no reward, so
   every group is silent and skipping would leave no update to compare with TRL's.
-  ``update_streams`` and ``sampler_streams`` are the config's ``update_streams`` and
-  ``rollout.streams`` (0: the sampler's default).
+  ``micro_batch_tokens`` and ``sampler_streams`` are the config's ``micro_batch_tokens``
+  and ``rollout.streams`` (0: the backend's choice, as in a training run).
   """
   return config_lib.from_config_dict(dict(
       method="grpo", prompts_per_step=prompts, n=n, num_minibatches=1, ppo_epochs=1,
       max_prompt_len=max_prompt_len, max_response_len=new_tokens, dtype="float32",
       micro_batch_tokens=micro_batch_tokens, skip_silent_rows=skip_silent_rows,
-      update_streams=update_streams, rollout=dict(streams=sampler_streams),
+      rollout=dict(streams=sampler_streams),
       optimizer=dict(lr=1e-6),
       data=dict(prompt_suffix=SUFFIX)))
 
@@ -134,39 +133,47 @@ class JaxSide:
             "update": t["jax/update_s"], "reward": t["jax/reward_s"],
             "step": time.perf_counter() - t0}
 
-  def update_batch(self) -> dict:
-    """A host minibatch of the shape the last step's update had (G x n rows of its length)."""
+  def update_batch(self):
+    """A host minibatch of the shape the last step's update had (G x n rows of its
+    length), as the method's loss reads it; and that loss."""
     from graft_jax.models.logprobs import bucket_length
-    from graft_jax.train.update_rows import Rows, pack_minibatch
+    from graft_jax.train import methods
+    from graft_jax.train.update_rows import Rows, typed_batch
 
     cfg, rows = self.cfg, Rows()
     for q in range(cfg.prompts_per_step * cfg.n):
       rows.add([1], [1] * (self.longest_row - 1), q // cfg.n,
                old_logp=np.zeros(self.longest_row - 1))
     length = bucket_length(self.longest_row, cfg.max_prompt_len + cfg.max_response_len)
-    return pack_minibatch(rows, range(len(rows)), self.policy.pad_id, multiple=length)
+    loss = methods.make(cfg).loss_fn
+    return typed_batch(loss.Batch, rows, range(len(rows)), self.policy.pad_id,
+                       multiple=length), loss
 
   def update_program(self, micro: bool):
-    """(the compiled update, its arguments): one minibatch, whole or in micro-batches."""
-    from graft_jax.train import microbatch
-    from graft_jax.train.step import loss_spec
-    from graft_jax.train.update import update_minibatch
+    """(the compiled gradient program of one minibatch, its arguments): every row in
+    one micro-batch, or micro-batches of the run's budget (``micro_batch_tokens``)."""
+    from graft_jax.train import length_packing
+    from graft_jax.train.update import micro_batch_budget, update_program
 
-    cfg, p, batch = self.cfg, self.policy, self.update_batch()
-    spec = loss_spec(cfg, cfg.prompts_per_step)
-    if micro and cfg.micro_batch_tokens:
-      rows = microbatch.rows_per_micro(len(batch["ids"]), batch["ids"].shape[1],
-                                       cfg.micro_batch_tokens)
-      fn = jax.jit(lambda *a: microbatch.accumulated_update(*a, graphdef=p.graphdef, tx=p.tx,
-                                                            spec=spec))
-      batch = microbatch.split_minibatch(batch, rows)
-    else:
-      fn = jax.jit(lambda *a: update_minibatch(*a, graphdef=p.graphdef, tx=p.tx, spec=spec))
-    args = (p.params, p.opt_state, jax.device_put(batch), np.int32(0))
-    return fn.lower(*args).compile(), args
+    p, (batch, loss) = self.policy, self.update_batch()
+    b, length = batch.ids.shape
+    budget = micro_batch_budget(self.cfg.micro_batch_tokens) if micro else 0
+    rows = min(max(1, budget // length), b) if budget else b
+    slots = -(-b // rows)
+    (grads, _), _ = update_program(p.graphdef, p.params, p.tx, loss, rows=rows, length=length,
+                                   slots=slots)
+    stack = length_packing.stack_micro_batches(
+        batch, [np.arange(i * rows, min(b, (i + 1) * rows)) for i in range(slots)], rows,
+        length, slots)
+    scalars = {k: np.full(slots, v, np.float32) for k, v in loss.totals(batch).items()}
+    scalars.update(share=np.full(slots, 1 / slots, np.float32),
+                   from_update=np.zeros(slots, np.float32))
+    acc = jax.tree.map(lambda x: np.zeros(x.shape, np.float32), p.params)
+    args = (p.params, acc, stack, scalars, np.int32(slots), np.int32(0))
+    return grads.lower(*args).compile(), args
 
   def update_flops(self) -> float:
-    """XLA's FLOP count of the whole-minibatch update program the last step's shape needs."""
+    """XLA's FLOP count of the gradient of the whole minibatch the last step's shape needs."""
     compiled, _ = self.update_program(micro=False)
     return float(compiled.cost_analysis()["flops"])
 

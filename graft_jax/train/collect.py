@@ -9,7 +9,7 @@ import numpy as np
 
 from graft_jax import core
 from graft_jax.rollout import RolloutBatch, SamplingParams
-from graft_jax.train.scoring import mean_or_nan, score_rows
+from graft_jax.train.scoring import mean_or_nan
 
 
 @dataclasses.dataclass
@@ -17,7 +17,7 @@ class Rollout:
   """A model's group of n responses per prompt, with everything the exchange needs.
 
   Rows are ``q * n + j``. ``old_logp`` is in the model's own tokenization
-  (teacher-forced under the pre-update params, or the sampler's).
+  (the sampler's, or teacher-forced under the pre-update params).
   """
 
   name: str
@@ -33,13 +33,9 @@ class Rollout:
   # Set when the peer grafted from these responses: its gate record per row
   # (``exchange.peer_gate_columns``), stored in this model's peer log.
   peer_gate: dict | None = None
-  # True when ``old_logp`` holds the sampler's log-probs and the update's own
-  # forward pass provides the old-policy ones (``step.old_logp_in_update``).
-  old_logp_from_update: bool = False
-  # True when ``old_logp`` holds the sampler's log-probs until the rows are built,
-  # and then only the own rows with a loss term are scored
-  # (``Method.old_logp_deferred``, `graft_jax.train.deferred_old_logp`).
-  old_logp_deferred: bool = False
+  # True while ``old_logp`` holds the sampler's log-probs standing in for the
+  # teacher-forced ones (`graft_jax.train.old_logprobs`).
+  needs_old_logp: bool = False
 
   @property
   def n(self) -> int:
@@ -51,10 +47,10 @@ class Rollout:
 
   @property
   def old_mean_logp_B(self) -> np.ndarray:
-    if self.old_logp_deferred:
-      raise ValueError(f"{self.name}'s old log-probs are deferred to row building "
-                       "(Method.old_logp_deferred): a method that reads them while it "
-                       "builds rows sets old_logp_from_update = False")
+    if self.needs_old_logp:
+      raise ValueError(f"{self.name}'s old log-probs are the sampler's placeholders: a "
+                       "method that reads them while it builds rows scores them first "
+                       "(old_logprobs.score_rollout)")
     return np.array([mean_or_nan(x) for x in self.old_logp], np.float32)
 
 
@@ -64,13 +60,10 @@ def sampling_params(cfg, seed: int) -> SamplingParams:
 
 
 def rollout_from_batch(policy, problems, batch: RolloutBatch, prompt_ids, reward_fn, cfg,
-                       old_logp=None, timings: dict | None = None, *,
-                       old_logp_in_update: bool = False,
-                       old_logp_deferred: bool = False) -> Rollout:
-  """Decodes, scores and computes advantages for a batch, and its old log-probs unless
-  given or left to the update (``old_logp_in_update``: the sampler's stand in their
-  place, for the update to compare against its own) or to row building
-  (``old_logp_deferred``: the sampler's stand in until then)."""
+                       timings: dict | None = None) -> Rollout:
+  """Decodes, scores and computes advantages for a batch. Its old log-probs are the
+  sampler's: the old ones with ``old_logp_source='sampler'``, else placeholders for
+  the teacher-forced ones (`graft_jax.train.old_logprobs`)."""
   g, n = len(problems), batch.n
   timings = {} if timings is None else timings
   t0 = time.perf_counter()
@@ -83,27 +76,15 @@ def rollout_from_batch(policy, problems, batch: RolloutBatch, prompt_ids, reward
   adv_GxN = np.asarray(core.group_advantages(rewards_GxN, scale_by_std=cfg.scale_by_std))
   gen_logp = [batch.logp_BxL[b, :len(response_ids[b])] for b in range(g * n)]
   gen_mean = np.array([mean_or_nan(x) for x in gen_logp], np.float32)
-  t0 = time.perf_counter()
-  if old_logp is None:
-    if cfg.old_logp_source == "sampler" or old_logp_in_update or old_logp_deferred:
-      old_logp = gen_logp
-    else:
-      old_logp = score_rows(policy.model, [prompt_ids[b // n] for b in range(g * n)],
-                            response_ids, policy.pad_id, temperature=cfg.rollout.temperature,
-                            length_cap=cfg.max_prompt_len + cfg.max_response_len)
-  timings[f"{policy.name}/old_logp_s"] = time.perf_counter() - t0
   return Rollout(policy.name, batch, prompt_ids, response_ids, texts, rewards_GxN, adv_GxN,
-                 old_logp, gen_mean, stats, old_logp_from_update=old_logp_in_update,
-                 old_logp_deferred=old_logp_deferred and old_logp is gen_logp)
+                 gen_logp, gen_mean, stats,
+                 needs_old_logp=cfg.old_logp_source == "teacher_forced")
 
 
-def collect(policy, problems, cfg, reward_fn, seed: int, timings: dict, *,
-            old_logp_in_update: bool = False, old_logp_deferred: bool = False) -> Rollout:
+def collect(policy, problems, cfg, reward_fn, seed: int, timings: dict) -> Rollout:
   """Samples n responses per problem with the policy's engine and scores them."""
   prompt_ids = [policy.prompt_ids(p.problem) for p in problems]
   t0 = time.perf_counter()
   batch = policy.engine.generate(prompt_ids, cfg.n, sampling_params(cfg, seed))
   timings[f"{policy.name}/sample_s"] = time.perf_counter() - t0
-  return rollout_from_batch(policy, problems, batch, prompt_ids, reward_fn, cfg, timings=timings,
-                            old_logp_in_update=old_logp_in_update,
-                            old_logp_deferred=old_logp_deferred)
+  return rollout_from_batch(policy, problems, batch, prompt_ids, reward_fn, cfg, timings=timings)

@@ -26,7 +26,7 @@ def add_own_group(rows: Rows, roll, q: int, adv_N=None) -> None:
     b = q * n + j
     rows.add(roll.prompt_ids[q], roll.response_ids[b], q, adv=adv_N[j],
              old_logp=roll.old_logp[b], src_mean_logp=mean_or_nan(roll.old_logp[b]),
-             old_logp_deferred=roll.old_logp_deferred)
+             needs_old_logp=roll.needs_old_logp)
 
 
 def own_rows(roll) -> Rows:

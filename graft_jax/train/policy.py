@@ -37,7 +37,7 @@ class Policy:
   mesh: Any = None
   param_sharding: Any = None  # NamedSharding trees, with a mesh
   opt_sharding: Any = None
-  compiled: dict = dataclasses.field(default_factory=dict)  # update programs by LossSpec
+  compiled: dict = dataclasses.field(default_factory=dict)  # update programs by loss (train.update)
 
   @property
   def eos_id(self) -> int:

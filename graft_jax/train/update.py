@@ -1,15 +1,31 @@
-"""The compiled PPO minibatch update: one ``jax.jit`` with donated params and optimizer state.
+"""The PPO update: one optimizer step per minibatch, its fp32 gradient accumulated over
+micro-batches packed by length.
 
-The loss is a pure function of (params, batch) built from ``graft_jax.core``:
-the clipped token loss (GRPO, GRAFT, replay), plus the SGT NLL term, or
-HACPO's sequence-level loss with its low-variance KL.
+A minibatch's rows are cut into micro-batches of at most ``micro_batch_tokens``
+per device (verl's ``ppo_max_token_len_per_gpu``), packed by length
+(``graft_jax.train.length_packing``); a loop over the micro-batches of each
+shape adds each one's fp32 gradient, then one optimizer step runs, so peak
+activations are those of one micro-batch. The result is the unsplit
+minibatch's gradient, because every loss term is a mean over the *whole*
+minibatch: each micro-batch divides its sums by the minibatch's counts (the
+method's ``loss_fn.totals``), so
+
+.. math::
+    \\nabla L = \\sum_{m=1}^{M} \\nabla \\frac{S_m}{N}, \\qquad
+    N = \\sum_m n_m \\quad (\\text{not } \\tfrac{1}{M}\\sum_m S_m / n_m),
+
+and a budget that splits a group changes nothing. Rows without a loss term
+(the method's ``has_signal``) are left out with ``skip_silent_rows``: the same
+gradient, less work. The programs are compiled for every shape the run can
+take on its first update (`length_packing.run_shapes`), so no later step
+compiles. With a mesh the programs are compiled with explicit output
+shardings: params and optimizer state leave the step placed as they came in.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import functools
-from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -17,54 +33,26 @@ import numpy as np
 import optax
 from flax import nnx
 
-from graft_jax import core
+from graft_jax.distributed import to_global
 from graft_jax.models import token_logprobs
+from graft_jax.sharding import batch_shards, batch_sharding
+from graft_jax.train import length_packing
+from graft_jax.train.update_rows import ROW_FIELDS, TOKEN_FIELDS
+
+# Tokens per gradient micro-batch when the config leaves it to the backend (0): on a
+# CPU the speed benchmark's setting, whose working set stays in cache (BENCHMARKS.md).
+CPU_MICRO_BATCH_TOKENS = 640
+# Metrics already divided by whole-minibatch counts: micro-batches add up.
+_SUMMED = ("loss", "pg_loss", "sgt_loss", "kl_ref", "objective_sum", "row_count")
 
 
-@dataclasses.dataclass(frozen=True)
-class PpoLoss:
-  """The clipped token loss (GRPO, GRAFT, replay), plus SGT's NLL term when ``sgt_coef``.
-
-  Static: changing a field recompiles the update.
-  """
-
-  kind: ClassVar[str] = "ppo"
-  clip_low: float = 0.2
-  clip_high: float = 0.28
-  ratio_level: str = "token"
-  sgt_coef: float = 0.0
-  temperature: float = 1.0
-  # The PPO old log-probs are the stop-gradient of this forward pass (one update
-  # per batch of rollouts); ``batch["old_logp"]`` then holds the sampler's.
-  old_from_current: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class HacpoLoss:
-  """HACPO's sequence-level loss with its low-variance KL to the reference (static)."""
-
-  kind: ClassVar[str] = "hacpo"
-  # Its rows' old means are read from the rollouts before the update, never from it.
-  old_from_current: ClassVar[bool] = False
-  temperature: float = 1.0
-  self_clip: tuple = (3e-4, 4e-4)
-  cross_clip: float = 0.2
-  cross_step: float = 0.025
-  kl_coef: float = 0.0
-
-
-_HACPO_FLAT_NAMES = {"hacpo_self_clip": "self_clip", "hacpo_cross_clip": "cross_clip",
-                     "hacpo_cross_step": "cross_step"}
-
-
-def LossSpec(kind: str = "ppo", **fields) -> PpoLoss | HacpoLoss:  # pylint: disable=invalid-name
-  """A ``PpoLoss`` or ``HacpoLoss`` from one flat set of fields (``kind`` picks; the HACPO
-  clips may be spelled ``hacpo_self_clip`` / ``hacpo_cross_clip`` / ``hacpo_cross_step``)."""
-  if kind == "hacpo":
-    return HacpoLoss(**{_HACPO_FLAT_NAMES.get(k, k): v for k, v in fields.items()})
-  if kind != "ppo":
-    raise ValueError(f"loss kind must be 'ppo' or 'hacpo', got {kind!r}")
-  return PpoLoss(**fields)
+def micro_batch_budget(configured: int) -> int:
+  """Tokens per device per micro-batch: ``configured``, or for 0 the backend's choice:
+  `CPU_MICRO_BATCH_TOKENS` on a CPU, no split elsewhere (an accelerator fills up
+  with the whole minibatch; launch/plan.py says what fits)."""
+  if configured:
+    return configured
+  return CPU_MICRO_BATCH_TOKENS if jax.default_backend() == "cpu" else 0
 
 
 def make_optimizer(opt) -> optax.GradientTransformation:
@@ -80,96 +68,168 @@ def make_optimizer(opt) -> optax.GradientTransformation:
   return optax.chain(optax.clip_by_global_norm(opt.grad_clip), adamw) if opt.grad_clip else adamw
 
 
-def whole_minibatch_mean(mean, count, total):
-  """A micro-batch's mean over its ``count`` units, re-divided by the minibatch's
-  ``total``: micro-batches' values then add up to the minibatch's mean."""
-  return mean * jnp.maximum(count, 1.0) / jnp.maximum(total, 1.0)
+def summed_metric(key: str) -> bool:
+  """Whether a metric is already divided by whole-minibatch counts, or a plain sum or
+  count (micro-batches add up), rather than a fraction to weight by each micro-batch's
+  share of loss units."""
+  return key in _SUMMED or key.endswith(("_tokens", "_clipped", "_sum"))
 
 
-def loss_fn(params, batch, graphdef, spec: PpoLoss | HacpoLoss, update_index):
-  """Scalar loss and float aux metrics of one minibatch.
-
-  A micro-batch (``graft_jax.train.microbatch``) carries the whole minibatch's
-  ``num_tokens`` / ``num_sgt_tokens`` / ``num_rows``; every term is then
-  divided by those, so the micro-batches' gradients sum to the minibatch's.
-  """
+def loss_and_metrics(params, batch, scalars, update_index, *, graphdef, loss):
+  """The method's loss of one micro-batch (``scalars``: the minibatch's totals)."""
   model = nnx.merge(graphdef, params)
-  logp_BxT = token_logprobs(model, batch["ids"], batch["attn"], temperature=spec.temperature)
-  if isinstance(spec, HacpoLoss):
-    return hacpo_loss(logp_BxT, batch, spec, update_index)
-  return ppo_loss(logp_BxT, batch, spec)
+  logp_BxT = token_logprobs(model, batch.ids, batch.attn, temperature=loss.temperature)
+  value, metrics = loss(logp_BxT, batch, scalars, update_index)
+  return value, dict(metrics, loss=value)
 
 
-def hacpo_loss(logp_BxT, batch, spec: HacpoLoss, update_index):
-  """HACPO's policy loss plus ``kl_coef`` times the low-variance KL to the reference."""
-  mask_BxT = batch["resp_mask"]
-  loss, aux = core.hacpo_policy_loss(
-      logp_BxT, mask_BxT, batch["src_mean_logp"], batch["adv"], batch["is_self"],
-      batch["cap_ratio"], update_index=update_index,
-      self_clip_low=spec.self_clip[0], self_clip_high=spec.self_clip[1],
-      cross_clip_delta=spec.cross_clip, cross_clip_step=spec.cross_step)
-  kl = core.low_var_kl(logp_BxT, batch["ref_logp"], mask_BxT)
-  if "num_rows" in batch:  # a micro-batch: both are means over the minibatch's rows
-    loss, kl = (whole_minibatch_mean(x, aux["row_count"], batch["num_rows"]) for x in (loss, kl))
-  metrics = {"pg_loss": loss, "kl_ref": kl, **{k: v for k, v in aux.items()}}
-  return loss + spec.kl_coef * kl, metrics
+def micro_grads(params, acc, stack, scalars_S, count, update_index, *, graphdef, loss,
+                grad_sharding=None):
+  """``acc`` plus the fp32 gradients of the first ``count`` micro-batches of ``stack``
+  (one shape, stacked on a leading axis; the rest is padding that never runs), and
+  their metrics: whole-minibatch means and counts add up, maxima by maximum, fractions
+  weighted by each micro-batch's ``share`` of loss units. A ``fori_loop`` whose trip
+  count comes from the host: one program per shape whatever the count."""
+  grad_fn = jax.value_and_grad(functools.partial(loss_and_metrics, graphdef=graphdef, loss=loss),
+                               has_aux=True)
+  pick = lambda tree, i: jax.tree.map(lambda x: jax.lax.dynamic_index_in_dim(x, i, keepdims=False),
+                                      tree)
+
+  def one(i, carry):
+    acc, total = carry
+    scalars = pick(scalars_S, i)
+    (_, metrics), g = grad_fn(params, pick(stack, i), scalars, update_index)
+    acc = jax.tree.map(lambda a, x: a + x.astype(jnp.float32), acc, g)
+    if grad_sharding is not None:
+      acc = jax.lax.with_sharding_constraint(acc, grad_sharding)
+    return acc, {k: jnp.maximum(total[k], v) if k.endswith("_max")
+                 else total[k] + (v if summed_metric(k) else v * scalars["share"])
+                 for k, v in metrics.items()}
+
+  shapes = jax.eval_shape(lambda: grad_fn(params, pick(stack, 0), pick(scalars_S, 0),
+                                          update_index)[0][1])
+  total = jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), shapes)
+  return jax.lax.fori_loop(0, count, one, (acc, total))
 
 
-def ppo_loss(logp_BxT, batch, spec: PpoLoss):
-  """The clipped token loss over the PPO rows, plus the SGT NLL over the SGT rows."""
-  mask_BxT = batch["resp_mask"]
-  graft_B = batch["grafted"]
-  ppo_mask = mask_BxT * batch["ppo"][:, None]
-  old_BxT, gap = batch["old_logp"], {}
-  if spec.old_from_current:
-    old_BxT = jax.lax.stop_gradient(logp_BxT)
-    gap = sampler_gap(old_BxT, batch["old_logp"], mask_BxT * (1 - graft_B)[:, None])
-  loss, aux = core.clipped_token_loss(
-      logp_BxT, old_BxT, batch["adv"], batch["weight"], ppo_mask,
-      clip_low=spec.clip_low, clip_high=spec.clip_high, ratio_level=spec.ratio_level,
-      num_tokens=batch.get("num_tokens"))
-  tokens_B = ppo_mask.sum(axis=1)
-  clipped_B = aux["clip_low_count_B"] + aux["clip_high_count_B"]
-  metrics = {
-      "pg_loss": loss, "approx_kl": aux["approx_kl"], "ratio_mean": aux["ratio_mean"],
-      "clip_frac_low": aux["clip_frac_low"], "clip_frac_high": aux["clip_frac_high"],
-      "own_tokens": (tokens_B * (1 - graft_B)).sum(), "graft_tokens": (tokens_B * graft_B).sum(),
-      "own_clipped": (clipped_B * (1 - graft_B)).sum(), "graft_clipped": (clipped_B * graft_B).sum(),
-      **gap,
-  }
-  if spec.sgt_coef:
-    nll, count = core.sgt_nll(logp_BxT, mask_BxT, batch["sgt"], coef=spec.sgt_coef)
-    if "num_sgt_tokens" in batch:
-      nll = whole_minibatch_mean(nll, count, batch["num_sgt_tokens"])
-    metrics.update(sgt_loss=nll, sgt_tokens=count)
-    loss = loss + nll
-  return loss, metrics
-
-
-def sampler_gap(old_logp_BxT, sampler_logp_BxT, own_BxT) -> dict:
-  """|old-policy - sampler| log-prob over the own response tokens: the mean and the max,
-  and the sum and count the mean is pooled from over micro-batches
-  (`microbatch.combine_metric`; maxima combine by maximum)."""
-  gap_BxT = jnp.abs(old_logp_BxT - sampler_logp_BxT) * own_BxT
-  total, count = gap_BxT.sum(), own_BxT.sum()
-  return {"logp_mismatch_mean": total / jnp.maximum(count, 1.0), "logp_mismatch_sum": total,
-          "logp_mismatch_tokens": count, "logp_mismatch_max": gap_BxT.max()}
-
-
-@functools.partial(jax.jit, static_argnames=("graphdef", "tx", "spec"), donate_argnums=(0, 1))
-def update_minibatch(params, opt_state, batch, update_index, *, graphdef, tx, spec):
-  """One optimizer step on one minibatch; params and opt_state are donated."""
-  (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-      params, batch, graphdef, spec, update_index)
+def apply_grads(params, opt_state, grads, *, tx):
+  """One optimizer step with the accumulated gradient."""
+  grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
   updates, opt_state = tx.update(grads, opt_state, params)
-  params = optax.apply_updates(params, updates)
-  metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads))
-  return params, opt_state, metrics
+  return optax.apply_updates(params, updates), opt_state, optax.tree.norm(grads)
 
 
-def to_device_batch(batch: dict, mesh=None) -> dict:
-  """Host arrays to device; with a mesh, rows are split over the batch axes."""
-  if mesh is None:  # device_put, not jnp.asarray: that compiles a program per new shape
-    return jax.device_put(batch)
-  from graft_jax.sharding import batch_sharding
-  return {k: jax.device_put(v, batch_sharding(mesh, ndim=np.ndim(v))) for k, v in batch.items()}
+def update_programs(graphdef, tx, loss, *, mesh=None, param_sharding=None, opt_sharding=None):
+  """(the micro-batch gradient program, the optimizer-step program), jitted: the
+  first donates the accumulator, the second the parameters and optimizer state."""
+  kw_grad, kw_apply = {}, {}
+  if mesh is not None:
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    kw_grad["out_shardings"] = (param_sharding, replicated)
+    kw_apply["out_shardings"] = (param_sharding, opt_sharding, replicated)
+  return (jax.jit(functools.partial(micro_grads, graphdef=graphdef, loss=loss,
+                                    grad_sharding=param_sharding), donate_argnums=(1,), **kw_grad),
+          jax.jit(functools.partial(apply_grads, tx=tx), donate_argnums=(0, 1), **kw_apply))
+
+
+def update_program(graphdef, params, tx, loss, *, rows: int, length: int, slots: int = 1,
+                   mesh=None, param_sharding=None, opt_sharding=None):
+  """The gradient program for micro-batches of ``rows`` x ``length`` (``slots`` of them
+  stacked) and the optimizer-step program, with abstract arguments for each, so a
+  planner can ``.lower(*args)`` them: ``((grads, grad_args), (apply, apply_args))``.
+  ``params`` may be abstract (``jax.ShapeDtypeStruct``s)."""
+  grads, apply = update_programs(graphdef, tx, loss, mesh=mesh, param_sharding=param_sharding,
+                                 opt_sharding=opt_sharding)
+  spec = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype)
+  dtypes = {**TOKEN_FIELDS, **ROW_FIELDS}
+  stack = loss.Batch(**{k: spec((slots, rows, length) if k in TOKEN_FIELDS else (slots, rows),
+                                dtypes[k]) for k in loss.Batch.__dataclass_fields__})
+  one_row = loss.Batch(**{k: np.zeros((1, 1) if k in TOKEN_FIELDS else (1,), dtypes[k])
+                          for k in loss.Batch.__dataclass_fields__})
+  scalars = {k: spec((slots,), jnp.float32)
+             for k in ("share", "from_update", *loss.totals(one_row))}
+  acc = jax.tree.map(lambda p: spec(p.shape, jnp.float32), params)
+  opt = jax.eval_shape(tx.init, params)
+  index = spec((), jnp.int32)
+  return ((grads, (params, acc, stack, scalars, index, index)),
+          (apply, (params, opt, acc)))
+
+
+def programs(policy, loss):
+  """The policy's `update_programs` for ``loss``, built once."""
+  if loss not in policy.compiled:
+    policy.compiled[loss] = update_programs(policy.graphdef, policy.tx, loss, mesh=policy.mesh,
+                                            param_sharding=policy.param_sharding,
+                                            opt_sharding=policy.opt_sharding)
+  return policy.compiled[loss]
+
+
+def update(policy, params, opt_state, batch, loss, update_index, *, micro_batch_tokens: int,
+           width: int, skip_silent: bool = True, from_update: bool = False):
+  """One optimizer step on a host minibatch (``loss.Batch`` of numpy arrays padded to
+  ``width`` tokens, the run's length budget); ``params`` and ``opt_state`` are donated.
+
+  The gradient is summed over micro-batches packed by length; the micro-batches of
+  one shape run in one call of the gradient program. Each shape of
+  `length_packing.run_shapes` runs once on the run's first update, with nothing to
+  do if it has no micro-batch, so every program is compiled then. With
+  ``skip_silent`` the rows without a loss term are left out: the gradient and the
+  summed metrics are unchanged, since the denominators still count their tokens;
+  the fractions (ratio, KL, clip, the sampler gap) are then over the rows that ran
+  (``rows_run``; ``silent_rows`` counts the others). With none to run, only the
+  optimizer step runs (AdamW's moments and weight decay still move the parameters)
+  and the metrics read 0.
+  ``from_update``: the old log-probs are the stop-gradient of this forward.
+
+  Returns (params, opt_state, the metrics of each call that ran and the step's).
+  """
+  mesh = policy.mesh
+  shards = batch_shards(mesh) if mesh is not None else 1
+  budget = micro_batch_budget(micro_batch_tokens)
+  lengths_B = np.asarray(batch.attn).sum(axis=1)
+  has_tokens_B = np.asarray(batch.resp_mask).sum(axis=1) > 0
+  b, t = batch.ids.shape
+  silent_B = has_tokens_B & ~loss.has_signal(batch) if skip_silent else np.zeros(b, bool)
+  run_B = np.flatnonzero(~silent_B & (has_tokens_B if skip_silent else True))
+  plan = length_packing.plan_micro_batches(lengths_B[run_B], t, budget, shards, num_rows=b)
+  units_B = loss.units(batch)
+  share_M = np.asarray([units_B[run_B[idx]].sum() for idx, _, _ in plan], np.float32)
+  share_M /= max(float(share_M.sum()), 1.0)
+  scalars = dict(loss.totals(batch), from_update=np.float32(from_update))
+  grad_fn, apply_fn = programs(policy, loss)
+  shapes = length_packing.run_shapes(b, t, budget, shards) if t <= width else []
+  shapes += [(-(-b // rows), rows, length) for _, rows, length in plan
+             if (-(-b // rows), rows, length) not in shapes]  # rows past the budget: new shapes
+  with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
+    if mesh is not None:  # a no-op when already placed; restored state may not be
+      params = jax.device_put(params, policy.param_sharding)
+      opt_state = jax.device_put(opt_state, policy.opt_sharding)
+    # On the parameters' placement; without a mesh left uncommitted like them.
+    acc = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32,
+                                           device=p.sharding if mesh is not None else None),
+                       params)
+    parts = []
+    for slots, rows, length in shapes:
+      entries = [m for m, (_, r, l) in enumerate(plan) if (r, l) == (rows, length)]
+      compiled = ("shape", loss, slots, rows, length)
+      # A shape without micro-batches runs only to compile on the first update, or to
+      # give a minibatch with no row to run its (zero) metrics.
+      if entries or compiled not in policy.compiled or (not plan and not parts):
+        policy.compiled[compiled] = True
+        stack = length_packing.stack_micro_batches(batch, [run_B[plan[m][0]] for m in entries],
+                                                   rows, length, slots)
+        scalars_S = {k: np.full(slots, v, np.float32) for k, v in scalars.items()}
+        scalars_S["share"] = np.zeros(slots, np.float32)
+        scalars_S["share"][:len(entries)] = share_M[entries]
+        if mesh is not None:  # each process hands over only the rows its devices hold
+          stack, scalars_S = jax.tree.map(
+              lambda v: to_global(v, batch_sharding(mesh, ndim=v.ndim, row_dim=1)),
+              (stack, scalars_S))
+        acc, metrics = grad_fn(params, acc, stack, scalars_S, np.int32(len(entries)),
+                               update_index)
+        if entries or not plan:
+          parts.append(metrics)
+    params, opt_state, grad_norm = apply_fn(params, opt_state, acc)
+  parts.append({"grad_norm": grad_norm, "silent_rows": np.float32(silent_B.sum()),
+                "rows_run": np.float32(has_tokens_B[run_B].sum())})
+  return params, opt_state, parts

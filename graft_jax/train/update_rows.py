@@ -42,13 +42,13 @@ class Rows:
   cap_ratio: list = dataclasses.field(default_factory=list)
   old_logp: list = dataclasses.field(default_factory=list)
   ref_logp: list = dataclasses.field(default_factory=list)
-  # True where ``old_logp`` is the sampler's, standing in until the rows are built
-  # (``Method.old_logp_deferred``; `graft_jax.train.deferred_old_logp` scores them).
-  old_logp_deferred: list = dataclasses.field(default_factory=list)
+  # True where ``old_logp`` is the sampler's, standing in for the teacher-forced ones
+  # (`graft_jax.train.old_logprobs` scores those the update reads).
+  needs_old_logp: list = dataclasses.field(default_factory=list)
 
   def add(self, prompt, response, group, *, adv=0.0, weight=1.0, keep=True, grafted=False,
           kind=KIND_PPO, is_self=True, src_mean_logp=0.0, cap_ratio=1.0, old_logp=None,
-          old_logp_deferred=False):
+          needs_old_logp=False):
     self.prompt_ids.append(list(prompt))
     self.response_ids.append(list(response))
     self.group.append(int(group))
@@ -62,7 +62,7 @@ class Rows:
     self.cap_ratio.append(float(cap_ratio))
     self.old_logp.append(None if old_logp is None else np.asarray(old_logp, np.float32))
     self.ref_logp.append(None)
-    self.old_logp_deferred.append(bool(old_logp_deferred))
+    self.needs_old_logp.append(bool(needs_old_logp))
 
   def __len__(self):
     return len(self.group)
@@ -114,3 +114,10 @@ def pack_minibatch(rows: Rows, idx, pad_id: int, *, multiple: int = 64) -> dict:
       "src_mean_logp": col("src_mean_logp", np.float32),
       "cap_ratio": col("cap_ratio", np.float32),
   }
+
+
+def typed_batch(batch_type, rows: Rows, idx, pad_id: int, *, multiple: int = 64):
+  """`pack_minibatch`'s arrays for the rows ``idx``, only the fields ``batch_type`` (a
+  method's loss batch, a ``flax.struct`` dataclass) has."""
+  packed = pack_minibatch(rows, idx, pad_id, multiple=multiple)
+  return batch_type(**{k: packed[k] for k in batch_type.__dataclass_fields__})

@@ -31,12 +31,14 @@ def problems(num, seed=0):
                             p.answer) for i, p in enumerate(tiny_pair.problems(num, seed))]
 
 
-def run(method, num_minibatches, names):
+def run(method, num_minibatches, names, steps=STEPS, micro_batch_tokens=None):
   cd = toy.get_config(method)
   with cd.unlocked():
     cd.prompts_per_step, cd.n, cd.num_minibatches = 8, 4, num_minibatches
     cd.max_prompt_len, cd.max_response_len = 40, 16
     cd.optimizer.lr = 1e-3
+    if micro_batch_tokens is not None:
+      cd.micro_batch_tokens = micro_batch_tokens
   cfg = config_lib.from_config_dict(cd)
   models = tiny_pair.make_models()
   policies = {name: make_policy(name, *models[key], cfg.optimizer, cfg.data.prompt_suffix)
@@ -50,9 +52,9 @@ def run(method, num_minibatches, names):
 
   monitoring.register_event_duration_secs_listener(count)
   lengths, records = set(), []
-  data = problems(STEPS * 8)
+  data = problems(steps * 8)
   try:
-    for s in range(STEPS):
+    for s in range(steps):
       step[0] = s
       metrics, rolls = train_step(cfg, policies, data[s * 8:(s + 1) * 8],
                                   tiny_pair.contains_reward, s,
@@ -68,7 +70,7 @@ def run(method, num_minibatches, names):
 
 def test_graft_with_two_minibatches_compiles_only_in_its_first_step():
   """With two minibatches the own rows' old log-probs are scored after the rows are
-  built, only where a row has a loss term (`graft_jax.train.deferred_old_logp`): a
+  built, only where a row has a loss term (`graft_jax.train.old_logprobs`): a
   model whose own groups are all silent in step 0 first runs that scorer later.
   So the count starts after the first step in which both models scored rows."""
   per_step, lengths, records = run("graft", 2, ("toy_a", "toy_b"))
@@ -90,3 +92,10 @@ def test_grpo_with_the_old_logprobs_in_the_update_compiles_only_in_its_first_ste
   # ... over the rows it ran: a step whose groups were all silent (skip_silent_rows) has none.
   gaps = [r["toy_a"]["logp_mismatch_max"] for r in records if "logp_mismatch_max" in r["toy_a"]]
   assert len(gaps) > STEPS // 2 and max(gaps) < 1e-4
+
+
+def test_the_second_step_of_a_run_with_default_settings_compiles_nothing():
+  """The toy's GRPO with the default micro-batch budget (the backend's): every update
+  program compiles in the first step, whatever lengths the second brings."""
+  per_step, _, _ = run("grpo", 1, ("toy_a",), steps=2, micro_batch_tokens=0)
+  assert per_step[0] > 0 and per_step[1] == 0

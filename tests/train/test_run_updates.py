@@ -9,9 +9,10 @@ import jax
 import numpy as np
 import pytest
 
-from graft_jax.train import methods, microbatch
+from graft_jax.train import methods, update
+from graft_jax.train.step import minibatches, run_updates as run_order
+from graft_jax.train.step_metrics import one_update
 from graft_jax.train.update_rows import Rows
-from graft_jax.train.step import run_updates
 from tests.train.methods import helpers
 
 GRAFTED = (1, 3)  # groups holding grafted rows
@@ -32,16 +33,22 @@ def rows_by_group():
 @pytest.fixture
 def recorded(monkeypatch):
   calls = []
-  real = microbatch.update
+  real = update.update
 
-  def spy(policy, params, opt_state, batch, update_index, spec, **kw):
-    params, opt_state, m = real(policy, params, opt_state, batch, update_index, spec, **kw)
-    calls.append(dict(groups=sorted(set(np.floor(np.abs(batch["adv"])).astype(int).tolist())),
-                      index=int(update_index), spec=spec, metrics=jax.device_get(m)))
-    return params, opt_state, m
+  def spy(policy, params, opt_state, batch, loss, update_index, **kw):
+    params, opt_state, parts = real(policy, params, opt_state, batch, loss, update_index, **kw)
+    calls.append(dict(groups=sorted(set(np.floor(np.abs(batch.adv)).astype(int).tolist())),
+                      index=int(update_index), loss=loss,
+                      metrics=one_update(jax.device_get(parts))))
+    return params, opt_state, parts
 
-  monkeypatch.setattr(microbatch, "update", spy)
+  monkeypatch.setattr(update, "update", spy)
   return calls
+
+
+def run_updates(policy, rows, g, cfg, key, method):
+  """The step's updates: its minibatches in the method's order, then ``run_updates``."""
+  return run_order(policy, rows, minibatches(rows, g, method, cfg.ppo_epochs, key), cfg, method)
 
 
 @pytest.mark.parametrize("order,first,second", [("peer_last", [0, 2], [1, 3]),
@@ -85,7 +92,7 @@ def test_hacpo_uses_its_minibatch_count_and_loss(recorded):
   method = methods.make(cfg)
   out = run_updates(policy, rows, helpers.G, cfg, jax.random.key(0), method)
   assert out["minibatch_updates"] == helpers.G  # one prompt per minibatch
-  assert all(c["spec"] == method.loss(helpers.G) for c in recorded)
+  assert all(c["loss"] == method.loss_fn for c in recorded)
   assert [len(c["groups"]) for c in recorded] == [1] * helpers.G
 
 
@@ -104,4 +111,4 @@ def test_silent_rows_are_counted_and_left_out_of_the_fractions(recorded):
   assert out["silent_rows"] == 2 * helpers.N and out["rows_run"] == 2 * helpers.N
   assert out["ratio_mean"] == pytest.approx(float(per[1]["ratio_mean"]), rel=1e-6)
   assert out["loss"] == pytest.approx(np.mean([float(m["loss"]) for m in per]), rel=1e-6)
-  assert float(per[0]["loss"]) == 0.0
+  assert float(per[0]["loss"]) == 0.0  # no micro-batch ran: only the optimizer step

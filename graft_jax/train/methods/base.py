@@ -2,23 +2,128 @@
 
 A method says which policies train, who each receiver's peers are, how the
 receiver's update rows are built from (own rollouts, peer rollouts), its loss
-spec, its minibatch count and order, and any state it carries across steps
-(which goes into the checkpoint). ``train_step`` is the same for every method:
-collect -> score -> ``build_rows`` -> updates.
+(``loss_fn``: the function, the rows that can move it, the batch it reads), its
+minibatch count and order, and any state it carries across steps (which goes
+into the checkpoint). ``train_step`` is the same for every method:
+collect -> build rows -> old log-probs -> updates.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import ClassVar
 
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from graft_jax import core
 from graft_jax.train.peer_rows import ExchangeStats, own_rows
 from graft_jax.train.update_rows import Rows
-from graft_jax.train.update import HacpoLoss, PpoLoss
 
 # Per receiver: its update rows, and what its exchange did (None: it had no peer).
 BuiltRows = dict[str, tuple[Rows, ExchangeStats | None]]
 # Per receiver: its peers' rollouts by peer name ({} for a policy without peers).
 Peers = dict[str, dict]
+
+
+@flax.struct.dataclass
+class PpoBatch:
+  """The rows of the clipped token loss: per token (B x T) and per row (B)."""
+
+  ids: jax.Array
+  attn: jax.Array
+  resp_mask: jax.Array
+  old_logp: jax.Array
+  adv: jax.Array
+  weight: jax.Array
+  grafted: jax.Array
+  ppo: jax.Array
+  sgt: jax.Array
+
+
+def whole_minibatch_mean(mean, count, total):
+  """A micro-batch's mean over its ``count`` units, re-divided by the minibatch's
+  ``total``: micro-batches' values then add up to the minibatch's mean."""
+  return mean * jnp.maximum(count, 1.0) / jnp.maximum(total, 1.0)
+
+
+def sampler_gap(old_logp_BxT, sampler_logp_BxT, own_BxT) -> dict:
+  """|old-policy - sampler| log-prob over the ``own_BxT`` tokens: the sum and count a
+  mean is pooled from over micro-batches and minibatches, and the max."""
+  gap_BxT = jnp.abs(old_logp_BxT - sampler_logp_BxT) * own_BxT
+  return {"logp_mismatch_sum": gap_BxT.sum(), "logp_mismatch_tokens": own_BxT.sum(),
+          "logp_mismatch_max": gap_BxT.max()}
+
+
+@dataclasses.dataclass(frozen=True)
+class ClippedTokenLoss:
+  """The clipped token loss (GRPO, GRAFT, replay), plus SGT's NLL term when ``sgt_coef``.
+
+  Hashable and static: the update compiles once per distinct value.
+  """
+
+  Batch: ClassVar[type] = PpoBatch
+  clip_low: float = 0.2
+  clip_high: float = 0.28
+  ratio_level: str = "token"
+  sgt_coef: float = 0.0
+  temperature: float = 1.0
+
+  def __call__(self, logp_BxT, batch: PpoBatch, totals: dict, update_index):
+    """(loss, metrics) of one micro-batch; every sum is divided by the whole minibatch's
+    counts in ``totals``, so micro-batches add up. Where ``totals['from_update']`` is 1
+    the old log-probs are the stop-gradient of this forward (the parameters are still
+    the behavior policy's), and ``batch.old_logp`` holds the sampler's: their gap is
+    measured over the own tokens."""
+    del update_index
+    mask_BxT, graft_B = batch.resp_mask, batch.grafted
+    ppo_mask = mask_BxT * batch.ppo[:, None]
+    current = totals["from_update"]
+    old_BxT = jnp.where(current > 0, jax.lax.stop_gradient(logp_BxT), batch.old_logp)
+    gap = sampler_gap(old_BxT, batch.old_logp, mask_BxT * (1 - graft_B)[:, None] * current)
+    loss, aux = core.clipped_token_loss(
+        logp_BxT, old_BxT, batch.adv, batch.weight, ppo_mask, clip_low=self.clip_low,
+        clip_high=self.clip_high, ratio_level=self.ratio_level, num_tokens=totals["num_tokens"])
+    tokens_B = ppo_mask.sum(axis=1)
+    clipped_B = aux["clip_low_count_B"] + aux["clip_high_count_B"]
+    metrics = {
+        "pg_loss": loss, "approx_kl": aux["approx_kl"], "ratio_mean": aux["ratio_mean"],
+        "clip_frac_low": aux["clip_frac_low"], "clip_frac_high": aux["clip_frac_high"],
+        "own_tokens": (tokens_B * (1 - graft_B)).sum(), "graft_tokens": (tokens_B * graft_B).sum(),
+        "own_clipped": (clipped_B * (1 - graft_B)).sum(),
+        "graft_clipped": (clipped_B * graft_B).sum(), **gap,
+    }
+    if self.sgt_coef:
+      nll, count = core.sgt_nll(logp_BxT, mask_BxT, batch.sgt, coef=self.sgt_coef)
+      nll = whole_minibatch_mean(nll, count, totals["num_sgt_tokens"])
+      metrics.update(sgt_loss=nll, sgt_tokens=count)
+      loss = loss + nll
+    return loss, metrics
+
+  def has_signal(self, batch: PpoBatch) -> np.ndarray:
+    """Rows whose loss term can be non-zero. Under the clipped token loss (no KL, no
+    entropy term) a PPO row contributes
+    :math:`w_j \\min(\\rho_{j,t} A_j, \\operatorname{clip}(\\rho_{j,t}) A_j)`, which is 0
+    with its gradient when :math:`w_j A_j = 0`: the rows of all-fail and all-pass
+    groups, and grafted rows the gate weighted to 0. A row in SGT's NLL term is never
+    silent."""
+    signal_B = (np.asarray(batch.ppo) > 0) & (np.asarray(batch.adv) * np.asarray(batch.weight) != 0)
+    if self.sgt_coef:
+      signal_B |= np.asarray(batch.sgt) > 0
+    return signal_B
+
+  def totals(self, batch: PpoBatch) -> dict:
+    """The whole minibatch's denominators, counted on the host (exact integers)."""
+    mask_BxT = np.asarray(batch.resp_mask, np.float32)
+    return {"num_tokens": np.float32((mask_BxT * np.asarray(batch.ppo)[:, None]).sum()),
+            "num_sgt_tokens": np.float32((mask_BxT * np.asarray(batch.sgt)[:, None]).sum())}
+
+  def units(self, batch: PpoBatch) -> np.ndarray:
+    """Per row, the units its loss averages over (PPO tokens): a micro-batch's fraction
+    metrics weigh by its share of them."""
+    return (np.asarray(batch.resp_mask, np.float32) * np.asarray(batch.ppo)[:, None]).sum(axis=1)
 
 
 class Method:
@@ -35,8 +140,6 @@ class Method:
   name: ClassVar[str]
   # Keep each policy's initial parameters (HACPO's KL reference).
   keeps_reference: ClassVar[bool] = False
-  # May the update's own forward pass stand in for the old-log-prob pass?
-  old_logp_from_update: ClassVar[bool] = True
   # Defined for exactly two models (one peer per receiver).
   pair_only: ClassVar[bool] = False
 
@@ -64,44 +167,18 @@ class Method:
     """Step-level metrics beyond the per-receiver ones."""
     return {}
 
-  def loss(self, g: int) -> PpoLoss | HacpoLoss:
-    """The static loss spec of a step of ``g`` prompts."""
+  @property
+  def loss_fn(self):
+    """The loss (a hashable callable: ``loss_fn(logp_BxT, batch, totals, update_index)``)
+    with its ``Batch`` type, ``has_signal``, ``totals`` and ``units``."""
     cfg = self.cfg
-    return PpoLoss(clip_low=cfg.clip_low, clip_high=cfg.clip_high, ratio_level="token",
-                   temperature=cfg.rollout.temperature,
-                   old_from_current=self.old_logp_in_update(g))
+    return ClippedTokenLoss(clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                            temperature=cfg.rollout.temperature)
 
-  def old_logp_in_update(self, g: int) -> bool:
-    """Whether the update's own forward pass stands in for the old-log-prob pass.
-
-    With one minibatch and one PPO epoch the parameters being differentiated
-    are the behavior policy's, so pi_old(o_t) is the stop-gradient of the same
-    forward (as TRL and verl do with one update per batch of rollouts): no
-    separate teacher-forced pass over the own rows. Grafted rows are still
-    scored before the update, for the gate. ``old_logp_source='sampler'``
-    asks for the sampler's log-probs instead.
-    """
-    cfg = self.cfg
-    return (cfg.old_logp_source == "teacher_forced" and self.old_logp_from_update
-            and cfg.ppo_epochs == 1 and self.num_minibatches(g) == 1)
-
-  def old_logp_deferred(self, g: int) -> bool:
-    """Whether the old-log-prob pass waits until the rows are built, and then scores
-    only the own rows with a loss term (`graft_jax.train.deferred_old_logp`).
-
-    With several updates per batch of rollouts the own rows need the behavior
-    policy's log-probs, but a row without a loss term (an all-fail or all-pass
-    group's, under GRPO most of them) is never run when the update packs its
-    micro-batches and skips such rows (``skip_silent_rows``, ``pack_by_length``,
-    ``micro_batch_tokens``), so its log-probs are never read. Which rows those are is the method's to say, once
-    its rows are built. A method whose rows read the rollouts' old log-probs
-    while they are built (``old_logp_from_update`` False: HACPO) scores them all
-    up front.
-    """
-    cfg = self.cfg
-    return (cfg.old_logp_source == "teacher_forced" and self.old_logp_from_update
-            and cfg.skip_silent_rows and cfg.pack_by_length and cfg.micro_batch_tokens > 0
-            and not self.old_logp_in_update(g))
+  def has_signal(self, batch) -> np.ndarray:
+    """Rows of a host batch whose loss term can be non-zero; the others need neither a
+    forward pass nor old log-probs."""
+    return self.loss_fn.has_signal(batch)
 
   def num_minibatches(self, g: int) -> int:
     return self.cfg.num_minibatches

@@ -146,8 +146,9 @@ class Graft(Method):
     return {"m": {f"{a}/{b}": int(min(stats[a].pairs[b].chosen, stats[b].pairs[a].chosen))
                   for i, a in enumerate(names) for b in names[i + 1:]}}
 
-  def loss(self, g):
-    return dataclasses.replace(super().loss(g), ratio_level=self.cfg.graft.ratio_level)
+  @property
+  def loss_fn(self):
+    return dataclasses.replace(super().loss_fn, ratio_level=self.cfg.graft.ratio_level)
 
   def order(self):
     return self.cfg.graft.order

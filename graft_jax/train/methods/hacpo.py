@@ -9,17 +9,70 @@ the initial parameters.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
+import flax.struct
+import jax
 import numpy as np
 from flax import nnx
 
 from graft_jax import core
 from graft_jax.train.capability import CapabilityTracker
+from graft_jax.train.methods.base import Method, only_peer, per_receiver, whole_minibatch_mean
+from graft_jax.train.old_logprobs import score_rollout
 from graft_jax.train.peer_rows import add_own_group, pair_stats, score_peer_rows
-from graft_jax.train.methods.base import Method, only_peer, per_receiver
-from graft_jax.train.update_rows import Rows
 from graft_jax.train.scoring import score_rows
-from graft_jax.train.update import HacpoLoss
+from graft_jax.train.update_rows import Rows
+
+
+@flax.struct.dataclass
+class HacpoBatch:
+  """The rows of HACPO's loss: per token (B x T) and per row (B)."""
+
+  ids: jax.Array
+  attn: jax.Array
+  resp_mask: jax.Array
+  ref_logp: jax.Array
+  adv: jax.Array
+  is_self: jax.Array
+  src_mean_logp: jax.Array
+  cap_ratio: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class HacpoLoss:
+  """HACPO's sequence-level loss plus ``kl_coef`` times the low-variance KL to the
+  reference (hashable and static, as ``ClippedTokenLoss``)."""
+
+  Batch: ClassVar[type] = HacpoBatch
+  temperature: float = 1.0
+  self_clip: tuple = (3e-4, 4e-4)
+  cross_clip: float = 0.2
+  cross_step: float = 0.025
+  kl_coef: float = 0.0
+
+  def __call__(self, logp_BxT, batch: HacpoBatch, totals: dict, update_index):
+    """Both terms are means over the whole minibatch's rows (``totals['num_rows']``)."""
+    mask_BxT = batch.resp_mask
+    loss, aux = core.hacpo_policy_loss(
+        logp_BxT, mask_BxT, batch.src_mean_logp, batch.adv, batch.is_self, batch.cap_ratio,
+        update_index=update_index, self_clip_low=self.self_clip[0],
+        self_clip_high=self.self_clip[1], cross_clip_delta=self.cross_clip,
+        cross_clip_step=self.cross_step)
+    kl = core.low_var_kl(logp_BxT, batch.ref_logp, mask_BxT)
+    loss, kl = (whole_minibatch_mean(x, aux["row_count"], totals["num_rows"]) for x in (loss, kl))
+    return loss + self.kl_coef * kl, {"pg_loss": loss, "kl_ref": kl, **aux}
+
+  def has_signal(self, batch: HacpoBatch) -> np.ndarray:
+    """Every row: the KL to the reference moves whatever the advantage."""
+    return np.ones(len(batch.ids), bool)
+
+  def totals(self, batch: HacpoBatch) -> dict:
+    return {"num_rows": np.float32((np.asarray(batch.resp_mask).sum(axis=1) > 0).sum())}
+
+  def units(self, batch: HacpoBatch) -> np.ndarray:
+    """1 per row with a response token (the sequence mean's units)."""
+    return (np.asarray(batch.resp_mask).sum(axis=1) > 0).astype(np.float32)
 
 
 def hacpo_rows(recv_policy, recv_roll, src_roll, cap_ratio: float, cfg):
@@ -58,7 +111,6 @@ class Hacpo(Method):
   name = "hacpo"
   keeps_reference = True
   pair_only = True
-  old_logp_from_update = False  # the loss reads its rows' old means, taken before the update
 
   def __init__(self, cfg):
     super().__init__(cfg)
@@ -70,6 +122,10 @@ class Hacpo(Method):
                                         ratio_clamp=tuple(h.ratio_clamp))
 
   def build_rows(self, policies, rolls, peers, key):
+    # The rows read every rollout's old means (each row's source policy), so they are
+    # scored first, by the policy that sampled them.
+    for name, roll in rolls.items():
+      score_rollout(policies[name], roll, self.cfg)
     if self.capability is None:
       self.start(list(rolls), None)
     self.capability.update({name: roll.rewards_GxN for name, roll in rolls.items()})
@@ -77,7 +133,8 @@ class Hacpo(Method):
         policies[name], rolls[name], only_peer(srcs),
         self.capability.ratio(only_peer(srcs).name, name), self.cfg))
 
-  def loss(self, g):
+  @property
+  def loss_fn(self):
     h = self.cfg.hacpo
     return HacpoLoss(temperature=self.cfg.rollout.temperature, self_clip=tuple(h.self_clip),
                      cross_clip=h.cross_clip, cross_step=h.cross_clip_step, kl_coef=h.kl_coef)

@@ -40,5 +40,6 @@ class Sgt(Method):
     return per_receiver(rolls, peers, lambda i, name, srcs: sgt_rows(
         policies[name], rolls[name], only_peer(srcs), jax.random.fold_in(key, 2000 + i)))
 
-  def loss(self, g):
-    return dataclasses.replace(super().loss(g), sgt_coef=self.cfg.sgt.coef)
+  @property
+  def loss_fn(self):
+    return dataclasses.replace(super().loss_fn, sgt_coef=self.cfg.sgt.coef)

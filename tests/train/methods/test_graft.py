@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from graft_jax.train import methods
-from graft_jax.train.update import PpoLoss
+from graft_jax.train.methods.base import ClippedTokenLoss
 from tests.core import reference
 from tests.train.methods import helpers
 
@@ -83,6 +83,6 @@ def test_the_source_rollout_records_the_gate(built):
 def test_loss_and_order_follow_the_config():
   cfg = helpers.config("graft", **{"graft.ratio_level": "sequence", "graft.order": "peer_first"})
   method = methods.make(cfg)
-  assert method.loss(helpers.G) == PpoLoss(ratio_level="sequence",
-                                           temperature=cfg.rollout.temperature)
+  assert method.loss_fn == ClippedTokenLoss(ratio_level="sequence",
+                                            temperature=cfg.rollout.temperature)
   assert method.order() == "peer_first" and method.num_minibatches(helpers.G) == 2

@@ -3,7 +3,7 @@
 import numpy as np
 
 from graft_jax.train import methods
-from graft_jax.train.update import PpoLoss
+from graft_jax.train.methods.base import ClippedTokenLoss
 from tests.train.methods import helpers
 
 
@@ -31,10 +31,8 @@ def test_one_policy_has_no_peer_and_no_statistics():
   assert stats is None and len(rows) == helpers.G * helpers.N
 
 
-def test_loss_minibatches_and_old_logprobs():
+def test_loss_and_minibatches():
   cfg = helpers.config("grpo", num_minibatches=1)
   method = methods.make(cfg)
-  assert method.loss(helpers.G) == PpoLoss(temperature=cfg.rollout.temperature,
-                                           old_from_current=True)
+  assert method.loss_fn == ClippedTokenLoss(temperature=cfg.rollout.temperature)
   assert method.num_minibatches(helpers.G) == 1 and method.order() == "peer_last"
-  assert not methods.make(helpers.config("grpo")).loss(helpers.G).old_from_current

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from graft_jax.train import methods
-from graft_jax.train.update import HacpoLoss
+from graft_jax.train.methods.hacpo import HacpoLoss
 from tests.train.methods import helpers
 
 R_A, R_B = helpers.R_A, helpers.R_B
@@ -62,8 +62,8 @@ def test_state_round_trip_and_loss(built):
   assert fresh.state_dict() == state
   assert fresh.capability.ratio("toy_b", "toy_a") == pytest.approx(4.0)
   h = cfg.hacpo
-  assert method.loss(helpers.G) == HacpoLoss(
+  assert method.loss_fn == HacpoLoss(
       temperature=cfg.rollout.temperature, self_clip=tuple(h.self_clip), cross_clip=h.cross_clip,
       cross_step=h.cross_clip_step, kl_coef=h.kl_coef)
   assert method.num_minibatches(helpers.G) == 2  # minibatch_prompts = 2 of G = 4
-  assert method.keeps_reference and not method.old_logp_in_update(helpers.G)
+  assert method.keeps_reference

@@ -30,4 +30,4 @@ def test_one_nll_row_per_prompt_from_a_correct_peer_response():
   np.testing.assert_allclose([rows.adv[i] for i in own], rolls["toy_a"].adv_GxN.reshape(-1))
   assert (stats.sgt_active, stats.candidates, stats.dropped_empty) == (2, 1, 0)
   assert out["toy_b"][1].sgt_active == 0  # B fails only q1, where A has no correct response
-  assert method.loss(helpers.G).sgt_coef == cfg.sgt.coef
+  assert method.loss_fn.sgt_coef == cfg.sgt.coef
