@@ -289,24 +289,15 @@ class TrainConfig:
   # XLA's persistent compilation cache (graft_jax.compile_cache): compiled programs
   # are kept here, per machine, for later processes; '' = off.
   compile_cache_dir: str = '~/.cache/graft_jax/xla'
-  # Memory (graft_jax.train.microbatch, graft_jax.models.decoder; launch/plan.py
-  # says which settings fit a device). 0 = the whole minibatch in one pass.
-  micro_batch_tokens: int = 0  # per device, per gradient micro-batch (rows x padded length)
-  # Micro-batches packed by length (graft_jax.train.length_packing); False: equal
-  # micro-batches of the padded length under one scan.
-  pack_by_length: bool = True
-  # Packed micro-batches leave out the rows whose loss terms are all zero (w A = 0,
-  # not SGT: all-fail and all-pass groups, rows the gate weighted to 0). The gradient
-  # is the same; the ratio / KL / clip fractions are then over the rows that ran
-  # (microbatch.silent_rows). With several updates per batch of rollouts the old
-  # log-probs are then computed for the rows that run only (train.deferred_old_logp).
-  # False: every row runs.
+  # Memory and speed (graft_jax.train.update, graft_jax.models.decoder; launch/plan.py
+  # says which settings fit a device). Tokens (rows x padded length) per device per
+  # gradient micro-batch; 0 = the backend's choice (update.micro_batch_budget).
+  micro_batch_tokens: int = 0
+  # Leave out of the update the rows whose loss terms are all zero (w A = 0, not SGT:
+  # all-fail and all-pass groups, rows the gate weighted to 0), and their old
+  # log-probs. The gradient is the same; the ratio / KL / clip fractions are then over
+  # the rows that ran (Method.has_signal). False: every row runs.
   skip_silent_rows: bool = True
-  # Packed micro-batches in this many lanes side by side, each from its own thread
-  # (microbatch.packed_grads). On 2 idle CPU cores 2 lanes ran the speed benchmark's
-  # update 5-8% faster, but slowed the toy job, whose two runs share the cores
-  # (BENCHMARKS.md); 1 = one lane, the default.
-  update_streams: int = 1
   remat: str = 'none'  # per decoder block: 'none' | 'full' | 'dots_saveable' | 'dots_no_batch'
   scan_layers: bool = False  # one compiled block under jax.lax.scan (flat compile time)
   # Forward / prefill attention (graft_jax.models.attention): 'dense' forms the T x T

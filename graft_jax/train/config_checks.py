@@ -188,7 +188,6 @@ def _check_batching(cfg) -> None:
   if list(sizes.values()).count(-1) > 1:
     raise ConfigError(f'at most one mesh axis may be -1, got {sizes}')
   _check_range(cfg, 'micro_batch_tokens', lo=0)
-  _check_range(cfg, 'update_streams', lo=1)
   _check_range(cfg, 'attention_block', lo=1)
   _check_range(cfg, 'rollout.max_kv_bytes', lo=0)
   _check_range(cfg, 'rollout.streams', lo=0)

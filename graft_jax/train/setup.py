@@ -16,6 +16,7 @@ from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.sharding import (MeshConfig, describe_mesh, format_bytes, make_mesh,
                                 max_bytes_per_device)
 from graft_jax.train.config import ConfigError, check_paths, policy_configs
+from graft_jax.train.update import micro_batch_budget
 from graft_jax.train import config_placement, methods, run_inputs
 from graft_jax.train.trainer import Trainer, config_reward, make_reward_pool
 from graft_jax.train.validation import Validator
@@ -45,7 +46,7 @@ def load_models(cfg, mesh=None) -> dict:
     model, _ = load_hf(m.path, dtype=dtype, compute_dtype=compute, mesh=mesh)
     model.set_memory_options(remat=cfg.remat, scan_layers=cfg.scan_layers,
                              attention=cfg.attention_impl, attention_block=cfg.attention_block,
-                             score_tokens=cfg.micro_batch_tokens,
+                             score_tokens=micro_batch_budget(cfg.micro_batch_tokens),
                              kv_cache_bytes=cfg.rollout.max_kv_bytes)
     model.set_decode_attention(cfg.decode_attention)
     out[m.name] = (model, load_tokenizer(m.path))

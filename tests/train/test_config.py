@@ -144,7 +144,6 @@ INVALID = [
     (dict(clip_high=-0.1), 'clip_high must be >= 0, got -0.1'),
     (dict(rollout__top_p=0.0), 'rollout.top_p must be in (0, 1], got 0'),
     (dict(rollout__streams=-1), 'rollout.streams must be >= 0, got -1'),
-    (dict(update_streams=0), 'update_streams must be >= 1, got 0'),
     (dict(rollout__temperature=float('nan')), 'rollout.temperature must be'),
     (dict(reward__timeout_s=0.0), 'reward.timeout_s must be > 0, got 0'),
     (dict(eval__k=0), 'eval.k must be >= 1, got 0'),
