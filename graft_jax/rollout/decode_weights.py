@@ -49,6 +49,8 @@ def decoding_weights(state, dtype, batch_axes: tuple[str, ...] = ()):
   """``state``'s floating arrays in ``dtype``, each placed by `decoding_sharding`:
   one compiled cast-and-reshard. ``state`` itself when that changes nothing."""
   dtype = jnp.dtype(dtype)
+  if not all(isinstance(x, jax.Array) for x in jax.tree.leaves(state)):
+    state = jax.device_put(state)  # host arrays (a model loaded off any mesh)
   leaves = jax.tree.leaves(state)
   shardings = jax.tree.map(lambda x: decoding_sharding(x.sharding, batch_axes), state)
   if all(s == x.sharding and not _recast(x, dtype)
