@@ -48,6 +48,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from graft_jax import backends
+
 # Large but finite, so a max over fully masked scores stays finite.
 MASK_VALUE = -1e30
 ATTENTION_IMPLS = ("auto", "dense", "blocked", "cudnn", "splash")
@@ -198,7 +200,8 @@ _flash.defvjp(_flash_fwd, _flash_bwd)
 
 def resolve_impl(impl: str, *, dtype, head_dim: int, length: int, block: int = 512,
                  backend: str | None = None) -> str:
-  """The implementation that runs for ``impl`` on ``backend`` (default: JAX's).
+  """The implementation that runs for ``impl`` on ``backend`` (default: the one programs
+  are traced for, `graft_jax.backends.platform`).
 
   'auto' is cuDNN's kernel on a GPU where it applies (else 'blocked', which
   never forms T x T scores either), splash attention on a TPU, and on a CPU
@@ -210,7 +213,7 @@ def resolve_impl(impl: str, *, dtype, head_dim: int, length: int, block: int = 5
     raise ValueError(f"attention impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
   if impl != "auto":
     return impl
-  backend = backend or jax.default_backend()
+  backend = backend or backends.platform()
   if backend in ("gpu", "cuda", "rocm"):
     return "cudnn" if cudnn_applies(dtype, head_dim) and backend != "rocm" else "blocked"
   if backend == "tpu":
@@ -221,7 +224,7 @@ def resolve_impl(impl: str, *, dtype, head_dim: int, length: int, block: int = 5
 def describe_impl(impl: str, *, dtype, head_dim: int, length: int, block: int = 512,
                   backend: str | None = None) -> str:
   """One line for the run's log: what ``impl`` runs as on this backend, and why."""
-  backend = backend or jax.default_backend()
+  backend = backend or backends.platform()
   chosen = resolve_impl(impl, dtype=dtype, head_dim=head_dim, length=length, block=block,
                         backend=backend)
   if impl != "auto":

@@ -90,7 +90,7 @@ class Decoder(nnx.Module):
     return run_blocks(self.layers, x_BxTxD, positions_BxT, attn_mask_BxT, remat=self.remat)
 
   def set_memory_options(self, *, remat: str = "none", scan_layers: bool = False,
-                         attention: str = "dense", attention_block: int = 512,
+                         attention: str = "auto", attention_block: int = 512,
                          score_tokens: int = 0, kv_cache_bytes: int = 0) -> None:
     """Remat policy per block ('none' | 'full' | 'dots_saveable' | 'dots_no_batch'),
     whether the blocks run under `jax.lax.scan` (`graft_jax.models.layer_stack`; their

@@ -15,7 +15,7 @@ import numpy as np
 from flax import nnx
 
 from graft_jax import backends
-from graft_jax.models.attention import MASK_VALUE, attention
+from graft_jax.models.attention import MASK_VALUE, attention, resolve_impl
 from graft_jax.models.matmul import linear
 
 
@@ -111,7 +111,7 @@ class Attention(nnx.Module):
     self.cfg = cfg
     self.use_rope = bool(use_rope)
     # How the uncached and prefill attention runs (`Decoder.set_memory_options`).
-    self.attention_impl, self.attention_block = "dense", 512
+    self.attention_impl, self.attention_block = "auto", 512
     # How a decode step (one query per row) attends (`Decoder.set_decode_attention`).
     self.decode_attention = "auto"
 
@@ -161,16 +161,19 @@ class Attention(nnx.Module):
           kv_mask_BxS.astype(bool) & (jnp.arange(kv_mask_BxS.shape[1]) <= cache_index)[None],
           scale=h ** -0.5)
       out_BxTxKxGxH, cache = out_BxKxGxH[:, None], (k_BxKxHxS, v_BxKxSxH)
-    elif fresh and (cache is None or self.attention_impl != "dense"):
-      # The sampler's prefill rows are left-padded: 'fused' takes right padding only.
-      impl = "blocked" if cache is not None and self.attention_impl == "fused" else (
-          self.attention_impl)
+    elif fresh and (cache is None or self._prefill_impl(q_BxTxKxGxH) != "dense"):
       out_BxTxKxGxH = attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxS[:, :t],
-                                impl=impl, block=self.attention_block)
+                                impl=self._prefill_impl(q_BxTxKxGxH), block=self.attention_block)
     else:
       out_BxTxKxGxH = self._cached(q_BxTxKxGxH, cache, kv_mask_BxS, cache_index, dt)
     out_BxTxNxH = out_BxTxKxGxH.reshape(b, t, n, h)
     return linear(out_BxTxNxH, self.o_NxHxD[...].astype(dt), in_dims=2), cache
+
+  def _prefill_impl(self, q_BxTxKxGxH) -> str:
+    """The attention implementation of an uncached pass or a prefill (trace time)."""
+    return resolve_impl(self.attention_impl, dtype=q_BxTxKxGxH.dtype,
+                        head_dim=q_BxTxKxGxH.shape[-1], length=q_BxTxKxGxH.shape[1],
+                        block=self.attention_block)
 
   def _decode_kernel(self, q_BxTxKxGxH, cache) -> bool:
     """Whether a decode step (one query per row) writes its key and value and

@@ -300,11 +300,11 @@ class TrainConfig:
   skip_silent_rows: bool = True
   remat: str = 'none'  # per decoder block: 'none' | 'full' | 'dots_saveable' | 'dots_no_batch'
   scan_layers: bool = False  # one compiled block under jax.lax.scan (flat compile time)
-  # Forward / prefill attention (graft_jax.models.attention): 'dense' forms the T x T
-  # scores (fastest at small T); 'blocked' holds one block of them at a time; 'fused'
-  # is jax.nn.dot_product_attention (cuDNN on GPUs) for the right-padded update and
-  # scoring rows, 'blocked' for the sampler's prefill.
-  attention_impl: str = 'dense'
+  # Forward / prefill attention (graft_jax.models.attention): 'auto' is cuDNN's flash
+  # kernel on GPUs (bf16 / fp16), splash attention on TPUs, and on CPUs 'dense' (the
+  # T x T scores) up to one block and 'blocked' (one block of scores at a time) beyond;
+  # or one of 'dense' | 'blocked' | 'cudnn' | 'splash' by name. The run logs its choice.
+  attention_impl: str = 'auto'
   attention_block: int = 512  # positions per query / key block of 'blocked'
   # The JAX sampler's decode-step attention over the KV cache: 'auto' runs the
   # hand-written CPU kernel (graft_jax.backends.cpu.decode_kernel: AVX-512 or AVX2, f32, built

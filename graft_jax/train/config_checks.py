@@ -32,7 +32,7 @@ _ENUMS = {
     'graft.gate': ('on', 'off'),
     'graft.ratio_level': ('token', 'sequence'),
     'remat': ('none', 'full', 'dots_saveable', 'dots_no_batch'),
-    'attention_impl': ('dense', 'blocked', 'fused'),
+    'attention_impl': ('auto', 'dense', 'blocked', 'cudnn', 'splash'),
     'decode_attention': ('auto', 'xla', 'kernel'),
     'vllm.dtype': ('bfloat16', 'float16', 'float32', 'auto'),
     'vllm.weight_sync': ('auto', 'reload', 'nccl', 'ipc'),

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from graft_jax import compile_cache, distributed
 from graft_jax.models import load_hf, load_tokenizer
+from graft_jax.models.attention import describe_impl
 from graft_jax.sharding import (MeshConfig, describe_mesh, format_bytes, make_mesh,
                                 max_bytes_per_device)
 from graft_jax.train.config import ConfigError, check_paths, policy_configs
@@ -49,6 +50,9 @@ def load_models(cfg, mesh=None) -> dict:
                              score_tokens=micro_batch_budget(cfg.micro_batch_tokens),
                              kv_cache_bytes=cfg.rollout.max_kv_bytes)
     model.set_decode_attention(cfg.decode_attention)
+    logging.info("%s: attention %s", m.name, describe_impl(
+        cfg.attention_impl, dtype=compute, head_dim=model.cfg.head_dim,
+        length=cfg.max_prompt_len + cfg.max_response_len, block=cfg.attention_block))
     out[m.name] = (model, load_tokenizer(m.path))
   return out
 
