@@ -215,7 +215,7 @@ def sampler_floor(cfg: ModelConfig, rows: int, prompt_len: int, new_tokens: int,
   - attention reading the KV cache: step i (from 0) reads the slots filled by
     then, rows x layers x 2 x K x H x (prompt_len + i + 1) fp32 values, at
     ``bytes_per_s`` (the CPU kernel reads each row's live span, about that;
-    XLA's decode attention reads each phase's whole window, `window_phases`).
+    XLA's decode attention reads the whole cache, allocated once per call).
 
   The prefill, norms, RoPE, softmax, sampling and cache writes are left out, so
   the real call is slower. Returns {'matmul_s', 'kv_bytes', 'kv_s', 'floor_s'}.

@@ -1,6 +1,6 @@
 """XLA's persistent compilation cache: compiled programs kept on disk across processes.
 
-Each program of a run (the update, the sampler's prefill and decode phases, the
+Each program of a run (the update, the sampler's prefill and decode loop, the
 scorer) takes seconds to compile on CPU and longer at the paper's sizes on a
 GPU. With the cache on, a process that needs a program some earlier process
 compiled loads it from disk instead: the toy job's other runs and its

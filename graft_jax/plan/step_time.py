@@ -58,7 +58,7 @@ class Rates:
 # The efficiencies benchmarks/gpu_check.py measured on one H200 for Qwen3-1.7B
 # (update at 8,192-token rows with full remat, scoring at 8,192, the JAX sampler
 # with 256 rows): BENCHMARKS.md, "On an NVIDIA H200".
-MEASURED_H200 = Rates(train_mfu=0.30, score_mfu=0.53, decode_mfu=0.40, hbm_efficiency=0.23)
+MEASURED_H200 = Rates(train_mfu=0.30, score_mfu=0.51, decode_mfu=0.40, hbm_efficiency=0.19)
 
 
 @dataclasses.dataclass(frozen=True)
