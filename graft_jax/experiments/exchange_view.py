@@ -62,12 +62,12 @@ def exchange_view(cfg, policies: dict, problems, reward_fn, *, seed: int = 0) ->
   for recv_name, src_name, receives_G in ((a, b, a_recv), (b, a, b_recv)):
     recv, src, policy = rolls[recv_name], rolls[src_name], policies[recv_name]
     n = cfg.n
-    peer_rows = list(range(len(problems) * n))
-    ids, _, _, lbar_recv = peer_rows.score_peer_rows(policy, recv, src, peer_rows,
+    rows_idx = list(range(len(problems) * n))
+    ids, _, _, lbar_recv = peer_rows.score_peer_rows(policy, recv, src, rows_idx,
                                                     temperature=cfg.rollout.temperature)
     _, admitted = core.compat_weights(lbar_recv, src.gen_mean_logp_B, delta=cfg.graft.delta)
     admitted = np.asarray(admitted)
-    for r in peer_rows:
+    for r in rows_idx:
       q, j = divmod(r, n)
       text = src.texts[r]
       rows.append(PeerRow(

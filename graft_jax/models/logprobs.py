@@ -106,11 +106,14 @@ def _place(x, sharding):
 def token_logprobs_jit(model, ids_BxT, attn_mask_BxT, *, temperature=1.0):
   """Compiled `token_logprobs`; recompiles only for new shapes, not new weights.
 
-  On a mesh, rows are split over its batch axes (`row_sharding`; B must divide
-  by `row_shards`) and the result comes back to every process whole.
+  On a mesh, rows are split over its batch axes (`row_sharding`) where B divides
+  by `row_shards` (`score_rows` pads its chunks so), else every device takes them
+  all; the result comes back to every process whole.
   """
   graphdef, state = nnx.split(model)
   sharding = row_sharding(model)
+  if sharding is not None and len(ids_BxT) % batch_shards(sharding.mesh):
+    sharding = None  # a batch the devices cannot split evenly (a one-row probe) goes whole
   logp_BxT = _token_logprobs_split(graphdef, state, _place(ids_BxT, sharding),
                                    _place(attn_mask_BxT, sharding), np.float32(temperature))
   if sharding is not None:

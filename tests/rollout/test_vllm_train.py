@@ -25,6 +25,9 @@ def _cfg(workdir):
   cd.logging.progress_bar = cd.logging.tensorboard = False
   cd.optimizer.lr = 1e-3
   cd.checkpoint.every_steps = 1
+  # Every row runs and is scored, so each step measures the sampler / trainer gap
+  # (a step whose groups are all silent would measure no token).
+  cd.skip_silent_rows = False
   return config_lib.from_config_dict(cd)
 
 
@@ -86,6 +89,7 @@ def test_three_models_each_with_its_own_vllm_sidecar(vllm_pair, tmp_path):
   cd.prompts_per_step, cd.n, cd.num_minibatches, cd.max_response_len = 8, 4, 2, 8
   cd.logging.progress_bar = cd.logging.tensorboard = False
   cd.optimizer.lr = 1e-3
+  cd.skip_silent_rows = False  # every step measures every policy's gap (see _cfg)
   cfg = config_lib.from_config_dict(cd)
   served = {"a": vllm_pair["a"][0], "b": vllm_pair["b"][0], "c": third}
   models = {"a": vllm_pair["a"][1:], "b": vllm_pair["b"][1:], "c": (third_model, third_tok)}

@@ -50,9 +50,14 @@ def main():
   args = compiled.input_shardings[0]  # (state, ids, mask, temperature)
   in_specs = [str(args[1].spec), str(args[2].spec)]
   whole = np.asarray(token_logprobs_jit(sharded, ids, ids >= 0))
+  # One row (a probe) cannot be split over 4 devices: it goes whole, same values.
+  one_ids = np.asarray(rows(seed=1, n=1)[0][0] * 4, np.int32)[None]
+  one = np.asarray(token_logprobs_jit(sharded, one_ids, one_ids > 0))
+  one_want = np.asarray(token_logprobs_jit(single, one_ids, one_ids > 0))
   print(json.dumps({"want": [w.tolist() for w in want], "got": [g.tolist() for g in got],
                     "calls": calls, "in_specs": in_specs, "shards": logprobs.row_shards(sharded),
-                    "whole_shape": list(whole.shape)}))
+                    "whole_shape": list(whole.shape), "one": one.tolist(),
+                    "one_want": one_want.tolist()}))
 
 
 if __name__ == "__main__":

@@ -45,3 +45,7 @@ def test_sharded_scoring_equals_one_device(report):
 
 def test_the_result_comes_back_whole(report):
   assert report["whole_shape"][0] == report["calls"][0][0]
+
+
+def test_a_batch_the_devices_cannot_split_is_scored_whole(report):
+  np.testing.assert_allclose(report["one"], report["one_want"], rtol=1e-5, atol=1e-5)
