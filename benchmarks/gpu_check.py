@@ -13,7 +13,9 @@ every block rematerialised, blocks under a scan) at rows of 4,096 and 8,192 toke
   memory against the programs' own memory analysis (the plan's prediction);
 - scoring: `score_rows` (teacher-forced log-probs) tokens/s and MFU;
 - sampler: `JaxSamplerEngine` tokens/s from bf16 weights against its HBM-bound ceiling
-  at ``--hbm_tbps`` (`graft_jax.plan.costs`).
+  at ``--hbm_tbps`` (`graft_jax.plan.costs`);
+- parity: a 2-layer slice's log-probs and gradient under each attention
+  implementation against 'dense' (bf16 compute, a left-padded row).
 
 Each section runs on its own and prints one line per figure; a section that fails
 prints one line saying why and the rest still run. ``--json`` writes every figure.
@@ -48,7 +50,7 @@ _MICRO = flags.DEFINE_integer("micro_batches", 4, "one-row micro-batches per opt
 _REPS = flags.DEFINE_integer("reps", 3, "timed calls after the warm-up")
 _PEAK = flags.DEFINE_float("peak_tflops", 989.0, "dense bf16 peak of the device (H200: 989)")
 _HBM = flags.DEFINE_float("hbm_tbps", 4.8, "HBM bandwidth, TB/s (H200: 4.8)")
-_SECTIONS = flags.DEFINE_list("sections", ["attention", "update", "scoring", "sampler"],
+_SECTIONS = flags.DEFINE_list("sections", ["attention", "update", "scoring", "sampler", "parity"],
                               "which parts to run")
 _JSON = flags.DEFINE_string("json", "", "write every figure here as JSON")
 
@@ -283,8 +285,43 @@ def sampler_section(out: dict) -> None:
     traceback.print_exc(file=sys.stderr)
 
 
+def parity_section(out: dict) -> None:
+  """Log-probs and their gradient through a 2-layer slice of the model (bf16 compute)
+  under each attention implementation against 'dense', on left-padded rows."""
+  from graft_jax.models import token_logprobs  # pylint: disable=import-outside-toplevel
+
+  cfg = dataclasses.replace(model_config(), num_layers=2, use_rope_layers=(1, 1))
+  t = min(lengths())
+  rng = np.random.default_rng(3)
+  ids = jnp.asarray(rng.integers(0, cfg.vocab_size, (2, t)), jnp.int32)
+  mask = jnp.asarray(np.arange(t)[None] >= np.array([[0], [t // 3]]))  # a left-padded row
+
+  def logp_and_grad(impl):
+    model = bf16_model(cfg, attention=impl)
+    graphdef, params = nnx.split(model)
+    loss = lambda p: -(token_logprobs(nnx.merge(graphdef, p), ids, mask) * mask).sum()
+    value, grads = jax.jit(jax.value_and_grad(loss))(params)
+    logp = jax.jit(lambda p: token_logprobs(nnx.merge(graphdef, p), ids, mask))(params)
+    flat = np.concatenate([np.asarray(g, np.float32).ravel() for g in jax.tree.leaves(grads)])
+    return np.asarray(logp)[np.asarray(mask)], flat, float(value)
+
+  want_logp, want_grad, _ = logp_and_grad("dense")
+  impls = ["blocked"] + (["cudnn"] if jax.default_backend() == "gpu" else [])
+  for impl in impls:
+    try:
+      logp, grad, _ = logp_and_grad(impl)
+      d_logp = float(np.abs(logp - want_logp).max())
+      d_grad = float(np.linalg.norm(grad - want_grad) / np.linalg.norm(want_grad))
+      out[f"parity/{impl}"] = {"max_abs_logp_diff": d_logp, "rel_grad_diff": d_grad, "length": t}
+      print(f"parity {impl:8s} vs dense, 2 layers, T={t}: max |logp diff| {d_logp:.3e}, "
+            f"|grad diff| / |grad| {d_grad:.3e}")
+    except Exception as e:  # pylint: disable=broad-except
+      out[f"parity/{impl}"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+      print(f"parity {impl}: failed: {out[f'parity/{impl}']['error']}")
+
+
 SECTIONS = {"attention": attention_section, "update": update_section,
-            "scoring": scoring_section, "sampler": sampler_section}
+            "scoring": scoring_section, "sampler": sampler_section, "parity": parity_section}
 
 
 def main(_):

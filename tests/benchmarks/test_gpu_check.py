@@ -27,7 +27,7 @@ def report(tmp_path_factory):
 def test_every_section_reports_without_error(report):
   out, _ = report
   for key in ("attention/dense/128", "attention/blocked/256", "update/128", "update/256",
-              "scoring", "sampler"):
+              "scoring", "sampler", "parity/blocked"):
     assert key in out and "error" not in out[key], (key, out.get(key))
 
 
@@ -55,3 +55,9 @@ def test_an_unknown_section_is_one_line():
                         text=True, timeout=300)
   assert proc.returncode == 2
   assert "unknown section(s) ['nope']" in proc.stdout
+
+
+def test_blocked_log_probs_and_gradient_agree_with_dense_at_bf16(report):
+  out, _ = report
+  assert out["parity/blocked"]["max_abs_logp_diff"] < 5e-2
+  assert out["parity/blocked"]["rel_grad_diff"] < 5e-2
