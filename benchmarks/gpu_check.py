@@ -43,6 +43,7 @@ from graft_jax.models import attention as attention_lib
 from graft_jax.models.config import ModelConfig
 from graft_jax.models.decoder import init_model
 from graft_jax.plan import costs
+from graft_jax.plan import memory as plan_memory
 
 _DRY = flags.DEFINE_bool("dry", False, "tiny model and lengths, any backend (a CPU smoke run)")
 _LENGTHS = flags.DEFINE_list("lengths", ["4096", "8192"], "row lengths of the update and attention")
@@ -88,14 +89,12 @@ def peak_bytes() -> int | None:
 
 def program_bytes(compiled) -> dict:
   """XLA's memory analysis of a compiled program: arguments, outputs, scratch, and the
-  total it needs at once (donated arguments counted once)."""
+  total it needs at once (`graft_jax.plan.memory.program_bytes`)."""
   m = compiled.memory_analysis()
   if m is None:
     return {}
-  total = (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
-           + m.temp_size_in_bytes)
   return {"arguments": int(m.argument_size_in_bytes), "outputs": int(m.output_size_in_bytes),
-          "temp": int(m.temp_size_in_bytes), "total": int(total)}
+          "temp": int(m.temp_size_in_bytes), "total": plan_memory.program_bytes(compiled)}
 
 
 def gib(x) -> str:

@@ -117,9 +117,14 @@ def token_logprobs_jit(model, ids_BxT, attn_mask_BxT, *, temperature=1.0):
   logp_BxT = _token_logprobs_split(graphdef, state, _place(ids_BxT, sharding),
                                    _place(attn_mask_BxT, sharding), np.float32(temperature))
   if sharding is not None:
-    logp_BxT = jax.jit(lambda x: x, out_shardings=NamedSharding(sharding.mesh, PartitionSpec()))(
-        logp_BxT)
+    logp_BxT = _to_every_device(sharding.mesh)(logp_BxT)
   return logp_BxT
+
+
+@functools.lru_cache(maxsize=None)
+def _to_every_device(mesh):
+  """The identity, compiled once per mesh, whose output is replicated on it."""
+  return jax.jit(lambda x: x, out_shardings=NamedSharding(mesh, PartitionSpec()))
 
 
 def bucket_length(longest: int, cap: int = 0, *, align: int = 16, floor: int = 128) -> int:

@@ -83,7 +83,9 @@ def _placed(tree, shardings):
                       tree, shardings)
 
 
-def _program_bytes(compiled) -> int:
+def program_bytes(compiled) -> int:
+  """What a compiled program needs at once: arguments, outputs and temporaries, donated
+  arguments counted once (XLA's memory analysis)."""
   m = compiled.memory_analysis()
   return int(m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
              + m.temp_size_in_bytes)
@@ -131,7 +133,7 @@ def update_memory(model_cfg, mesh, tx, loss, *, rows_per_device: int, length: in
               for x, sh in zip(jax.tree.leaves(params), jax.tree.leaves(param_sh)))
   return UpdateMemory(params=sharded_bytes(params, param_sh), opt_state=sharded_bytes(opt, opt_sh),
                       grads=grads, temporaries=int(grad_c.memory_analysis().temp_size_in_bytes),
-                      grad_program=_program_bytes(grad_c), apply_program=_program_bytes(apply_c))
+                      grad_program=program_bytes(grad_c), apply_program=program_bytes(apply_c))
 
 
 def largest_rows(one: UpdateMemory, two: UpdateMemory, available: int) -> int:

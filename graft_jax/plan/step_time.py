@@ -109,13 +109,13 @@ def update(cfg: ModelConfig, w: Workload, devices: int, rates: Rates) -> PhaseCo
   return PhaseCost(flops, 0.0, flops / (devices * rates.train_mfu * rates.peak_flops))
 
 
-def weight_sync(cfg: ModelConfig, engine: str, sync: str, *, serve_bytes: int = 2,
+def weight_sync(cfg: ModelConfig, engine: str, sync: str, rates: Rates, *, serve_bytes: int = 2,
                 master_bytes: int = 4) -> PhaseCost:
   """Moving the new weights to the sampler once per step."""
   n = costs.all_params(cfg)
   if engine == "jax":  # one cast of the master weights to bf16, in HBM
     moved = n * (master_bytes + serve_bytes)
-    return PhaseCost(0.0, moved, moved / (0.7 * 4.8e12))
+    return PhaseCost(0.0, moved, moved / (rates.hbm_efficiency * rates.hbm_bytes_per_s))
   moved = n * serve_bytes
   return PhaseCost(0.0, moved, moved / SYNC_BYTES_PER_S[sync])
 
@@ -176,7 +176,7 @@ def step_phases(train_cfg, model_cfgs: dict, devices: int, rates: Rates, *,
     out[name] = {"sampling": sampling(mc, w, devices, rates),
                  "scoring": scoring(mc, w, devices, rates),
                  "update": update(mc, w, devices, rates),
-                 "weight sync": weight_sync(mc, train_cfg.engine, sync)}
+                 "weight sync": weight_sync(mc, train_cfg.engine, sync, rates)}
   return out
 
 
