@@ -109,16 +109,24 @@ def placement_footprints(cfg) -> list:
 
 def build_mesh(cfg):
   """The run's device mesh from ``cfg.mesh`` (data x fsdp x tensor), entered with
-  ``jax.set_mesh`` for the rest of the process. A mesh that does not match the
-  devices fails here, before any model loads."""
+  ``jax.set_mesh`` for the rest of the process; None on one device. A mesh that
+  does not match the devices fails here, before any model loads.
+
+  One device has nothing to place, and the plain update keeps its exact numerics.
+  No mesh is entered then either: under one, a program's outputs come back
+  committed to it while the loaded weights are not, so the second step's
+  arguments would differ from the first's and every program would compile again.
+  """
   m = cfg.mesh
   try:
     mesh = make_mesh(MeshConfig(data=m.data, fsdp=m.fsdp, tensor=m.tensor))
   except ValueError as e:
     raise ConfigError(f"mesh (data={m.data}, fsdp={m.fsdp}, tensor={m.tensor}) does not fit "
                       f"the {jax.device_count()} devices: {e}", field="mesh") from None
-  jax.set_mesh(mesh)
   log.info("%s", describe_mesh(mesh))
+  if mesh.size == 1:
+    return None
+  jax.set_mesh(mesh)
   return mesh
 
 
@@ -229,8 +237,6 @@ def build_trainer(cfg, *, reward_fn=None) -> Trainer:
     # The suite loads (and fails on a bad file) before the models do.
     validator = Validator.from_config(cfg, reward_fn, problems)
     mesh = build_mesh(cfg)
-    # One device: nothing to place, and the plain update keeps its exact numerics.
-    mesh = mesh if mesh.size > 1 else None
     trainer = Trainer(cfg, problems, load_models(cfg, mesh), reward_fn=reward_fn,
                       validator=validator, data_counts=counts, reward_pool=pool, mesh=mesh)
     log_state_bytes(trainer)
