@@ -20,7 +20,7 @@ from absl import app, flags
 
 from graft_jax.models.config import ModelConfig
 from graft_jax.plan.memory import abstract_model
-from graft_jax.train.config import OptimizerConfig
+from graft_jax.config.run_config import OptimizerConfig
 from graft_jax.train.methods.base import ClippedTokenLoss
 from graft_jax.train.update import make_optimizer, update_program
 

@@ -151,7 +151,7 @@ def update_section(out: dict) -> None:
 
 
 def update_with(out: dict, attention: str, suffix: str = "") -> None:
-  from graft_jax.train.config import OptimizerConfig  # pylint: disable=import-outside-toplevel
+  from graft_jax.config.run_config import OptimizerConfig  # pylint: disable=import-outside-toplevel
   from graft_jax.train.methods.base import ClippedTokenLoss  # pylint: disable=import-outside-toplevel
   from graft_jax.train.update import make_optimizer, update_program  # pylint: disable=import-outside-toplevel
 

@@ -24,7 +24,7 @@ from flax import nnx
 
 from graft_jax.data.problem import Problem
 from graft_jax.models import ModelConfig, init_model, load_hf, load_tokenizer, save_hf
-from graft_jax.train import config as config_lib
+from graft_jax.config import run_config as config_lib
 from graft_jax.train.policy import make_policy
 from graft_jax.train.step import train_step
 

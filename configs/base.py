@@ -1,7 +1,7 @@
 """The paper's run (arXiv 2609.37868) and its method and ablation presets.
 
 Every field and its default is defined once, in the dataclasses of
-graft_jax/train/config.py (the paper's hyperparameters); this file and the
+graft_jax/config/run_config.py (the paper's hyperparameters); this file and the
 other configs only change what differs. `get_config('grpo16')` picks a method
 or ablation preset; presets combine with commas ('no_gate,peer_first').
 Single fields: `--config.graft.delta=0.9`.
@@ -9,8 +9,8 @@ Single fields: `--config.graft.delta=0.9`.
 
 import difflib
 
-from graft_jax.train import config as config_lib
-from graft_jax.train import config_load
+from graft_jax.config import run_config as config_lib
+from graft_jax.config import load as config_load
 
 
 def defaults():

@@ -9,7 +9,7 @@ T=0.6, top-p 0.95, k=8 samples, pass@1 averaged over the five benchmarks.
 
 import ml_collections
 
-from graft_jax.train.config import TrainConfig
+from graft_jax.config.run_config import TrainConfig
 
 DEFAULT_ROOT = "data/benchmarks"
 FILES = {

@@ -2,7 +2,7 @@
 
 import pathlib
 
-from graft_jax.train import config as config_lib
+from graft_jax.config import run_config as config_lib
 
 _base = config_lib.import_config_file(
     pathlib.Path(__file__).with_name('base.py'))

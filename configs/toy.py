@@ -2,12 +2,12 @@
 
 The two tiny models are built (HF format) under runs/toy_pair/ by the toy
 setup; here they are plain paths. Presets as in base.py, e.g. `toy.py:grpo`;
-only what differs from the paper's defaults (graft_jax/train/config.py) is set.
+only what differs from the paper's defaults (graft_jax/config/run_config.py) is set.
 """
 
 import pathlib
 
-from graft_jax.train import config as config_lib
+from graft_jax.config import run_config as config_lib
 
 _base = config_lib.import_config_file(
     pathlib.Path(__file__).with_name('base.py'))

@@ -10,7 +10,7 @@ configs/toy.py's, so the pair and the trio train under the same settings.
 
 import pathlib
 
-from graft_jax.train import config as config_lib
+from graft_jax.config import run_config as config_lib
 
 _here = pathlib.Path(__file__).parent
 _base = config_lib.import_config_file(_here / 'base.py')

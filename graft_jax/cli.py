@@ -24,7 +24,8 @@ from typing import Any, Callable, Mapping, NoReturn
 from absl import flags
 
 from graft_jax import distributed
-from graft_jax.train import preemption, progress
+from graft_jax.train import preemption
+from graft_jax.outputs import progress
 
 VERBOSE_ENV = "GRAFT_VERBOSE"
 USAGE_EXIT = 2  # the command line or the config is wrong; nothing ran
@@ -178,10 +179,10 @@ def run(main: Callable[[Any], Any], *, default_config: str,
 
   ``--config=path.py[:arg]`` picks the file (default ``default_config``);
   ``--config.<field>=<value>`` sets one field (values as in
-  ``graft_jax.train.config_load.parse_value``). Unknown fields name the
+  ``graft_jax.config.load.parse_value``). Unknown fields name the
   closest known one.
   """
-  from graft_jax.train import config_load
+  from graft_jax.config import load as config_load
 
   main_module = sys.argv[0]  # listed with the launcher's own flags by --help
   flags.DEFINE_string("config", default_config,

@@ -13,7 +13,7 @@ import pathlib
 from absl import flags
 
 from graft_jax import cli
-from graft_jax.train import config_checks
+from graft_jax.config import checks as config_checks
 
 _MODEL = flags.DEFINE_string("model", None, "local HF model folder", required=True)
 

@@ -64,9 +64,9 @@ def main(_):
   import dataclasses  # pylint: disable=import-outside-toplevel
   import jax  # pylint: disable=import-outside-toplevel
   from graft_jax.plan import run, step_time  # pylint: disable=import-outside-toplevel
-  from graft_jax.train import config as config_lib  # pylint: disable=import-outside-toplevel
-  from graft_jax.train.config_checks import policy_configs  # pylint: disable=import-outside-toplevel
-  from graft_jax.train.config_placement import sync_backend  # pylint: disable=import-outside-toplevel
+  from graft_jax.config import run_config as config_lib  # pylint: disable=import-outside-toplevel
+  from graft_jax.config.checks import policy_configs  # pylint: disable=import-outside-toplevel
+  from graft_jax.config.placement import sync_backend  # pylint: disable=import-outside-toplevel
 
   cfg = config_lib.from_config_dict(_CONFIG.value)
   margin = int(_MARGIN.value * 2**30)

@@ -24,7 +24,7 @@ import sys
 
 from graft_jax import toy
 from graft_jax.experiments import toy_benchmark, toy_benchmark_figure, toy_compare
-from graft_jax.train import config as config_lib
+from graft_jax.config import run_config as config_lib
 
 
 def main():

@@ -21,8 +21,10 @@ import time
 from absl import flags
 
 from graft_jax import cli, distributed
-from graft_jax.train import config as config_lib
-from graft_jax.train import preemption, progress, workdir_lock
+from graft_jax.config import run_config as config_lib
+from graft_jax.train import preemption
+from graft_jax.outputs import progress
+from graft_jax.outputs import workdir_lock
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "where the run writes everything (default: config)")
 _STEPS = flags.DEFINE_integer("steps", None, "stop after this many steps (default: config)",

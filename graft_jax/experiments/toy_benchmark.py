@@ -29,10 +29,11 @@ import numpy as np
 
 from graft_jax.experiments import toy_compare
 from graft_jax.models import load_hf, load_tokenizer
-from graft_jax.train import config as config_lib, methods
-from graft_jax.train.config_checks import resume_locked
-from graft_jax.train.config_load import flatten
-from graft_jax.train.metrics import read_jsonl
+from graft_jax.train import methods
+from graft_jax.config import run_config as config_lib
+from graft_jax.config.checks import resume_locked
+from graft_jax.config.load import flatten
+from graft_jax.outputs.metrics_writer import read_jsonl
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from graft_jax.data.prompts import PromptTemplate
 from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.rollout import JaxSamplerEngine, SamplingParams
 from graft_jax.toy import pair as toy_pair
-from graft_jax.train import config as config_lib
-from graft_jax.train.metrics import read_jsonl
+from graft_jax.config import run_config as config_lib
+from graft_jax.outputs.metrics_writer import read_jsonl
 from graft_jax.train.trainer import Trainer
 from graft_jax.train.validation import Validator
 

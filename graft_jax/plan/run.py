@@ -24,9 +24,9 @@ from graft_jax.rollout.kv_budget import KVBudgetError, bucket, call_plan, kv_byt
 from graft_jax.sharding.mesh import MeshConfig, make_mesh
 from graft_jax.sharding.place import batch_shards
 from graft_jax.sharding.report import format_bytes
-from graft_jax.train.config_checks import policy_configs
-from graft_jax.train import config_placement
-from graft_jax.train.config_placement import server_gpus
+from graft_jax.config.checks import policy_configs
+from graft_jax.config import placement as config_placement
+from graft_jax.config.placement import server_gpus
 
 # The paper's models by their config names, for folders not on this machine.
 PRESETS = {"qwen3_1p7b": ModelConfig.qwen3_1p7b, "smollm3_3b": ModelConfig.smollm3_3b,

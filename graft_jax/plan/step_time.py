@@ -168,7 +168,7 @@ def step_phases(train_cfg, model_cfgs: dict, devices: int, rates: Rates, *,
   """{model name: {phase: PhaseCost}} for one step; `sync`: the weight sync the run uses
   (default: ``vllm.weight_sync``, 'auto' read as on GPUs)."""
   if not sync:
-    from graft_jax.train.config_placement import sync_backend  # pylint: disable=import-outside-toplevel
+    from graft_jax.config.placement import sync_backend  # pylint: disable=import-outside-toplevel
     sync = sync_backend(train_cfg, on_gpu=True)
   w = workload(train_cfg, **assumptions)
   out = {}

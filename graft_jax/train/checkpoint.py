@@ -5,7 +5,7 @@ metadata holds the data position, step, HACPO capability state and peer-log
 cursor. An interrupted save never hides the previous checkpoint, and its
 leftover temporary folder is removed at the next start (it would otherwise
 keep the disk full that interrupted it). A full or read-only disk raises
-`graft_jax.train.storage.StorageError` naming the folder, before orbax starts
+`graft_jax.outputs.storage.StorageError` naming the folder, before orbax starts
 writing when the free space is visibly short. In a multi-process run every
 process calls `save` and `restore` (orbax writes and reads each process's
 shards; process 0 the metadata), and only process 0 sets interrupted saves
@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
 from graft_jax import distributed
-from graft_jax.train import storage
+from graft_jax.outputs import storage
 
 # Orbax writes this file into a step folder as the last act of a save (before
 # the atomic rename on POSIX, in place on object stores); a folder without it

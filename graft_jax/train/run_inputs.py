@@ -16,7 +16,7 @@ import pathlib
 
 from graft_jax import data
 from graft_jax.data.rows import DataError
-from graft_jax.train import storage
+from graft_jax.outputs import storage
 
 log = logging.getLogger(__name__)
 _TOKENIZE_BATCH = 1024

@@ -16,9 +16,10 @@ from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.models.attention import describe_impl
 from graft_jax.sharding import (MeshConfig, describe_mesh, format_bytes, make_mesh,
                                 max_bytes_per_device)
-from graft_jax.train.config import ConfigError, check_paths, policy_configs
+from graft_jax.config.run_config import ConfigError, check_paths, policy_configs
 from graft_jax.train.update import micro_batch_budget
-from graft_jax.train import config_placement, methods, run_inputs
+from graft_jax.train import methods, run_inputs
+from graft_jax.config import placement as config_placement
 from graft_jax.train.trainer import Trainer, config_reward, make_reward_pool
 from graft_jax.train.validation import Validator
 

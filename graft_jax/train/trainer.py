@@ -25,11 +25,13 @@ import jax
 import numpy as np
 
 from graft_jax import distributed
-from graft_jax.train import (config as config_lib, config_checks, methods, metrics_file,
-                             peer_log, preemption, progress, run_inputs, storage)
+from graft_jax.config import checks as config_checks
+from graft_jax.config import run_config as config_lib
+from graft_jax.outputs import metrics_file, progress, storage
+from graft_jax.train import methods, peer_log, preemption, run_inputs
 from graft_jax.train.checkpoint import Checkpointer
 from graft_jax.train.data_stream import PromptStream
-from graft_jax.train.metrics import MetricsWriter
+from graft_jax.outputs.metrics_writer import MetricsWriter
 from graft_jax.train.policy import make_policy
 from graft_jax.train.step import train_step
 

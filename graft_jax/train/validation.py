@@ -20,7 +20,7 @@ import time
 from graft_jax import data
 from graft_jax import eval as eval_lib
 from graft_jax.rollout import SamplingParams
-from graft_jax.train.metrics import read_jsonl
+from graft_jax.outputs.metrics_writer import read_jsonl
 
 
 SYNTHETIC = "synthetic"

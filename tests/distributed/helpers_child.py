@@ -92,7 +92,7 @@ def main(process_id: int, port: int, out: str) -> None:
   jax.config.update("jax_num_cpu_devices", 2)
   from graft_jax import distributed
   from graft_jax.sharding import MeshConfig, batch_sharding, make_mesh
-  from graft_jax.train.config import DistributedConfig
+  from graft_jax.config.run_config import DistributedConfig
   assert distributed.initialize(DistributedConfig(f"localhost:{port}", 2, process_id))
   seen = []
 

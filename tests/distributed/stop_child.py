@@ -23,7 +23,7 @@ import numpy as np
 
 from graft_jax import distributed
 from graft_jax.train import preemption
-from graft_jax.train.config import DistributedConfig
+from graft_jax.config.run_config import DistributedConfig
 
 STEPS = 50
 

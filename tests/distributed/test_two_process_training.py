@@ -14,7 +14,7 @@ import signal
 import numpy as np
 import pytest
 
-from graft_jax.train.metrics import read_jsonl
+from graft_jax.outputs.metrics_writer import read_jsonl
 from tests.distributed import procs
 
 pytestmark = pytest.mark.slow  # five trainings of two models (about 4 minutes on 2 cores)

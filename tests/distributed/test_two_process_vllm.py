@@ -10,7 +10,7 @@ old log-probs equal vLLM's in both, and the two runs train to the same weights.
 import numpy as np
 import pytest
 
-from graft_jax.train.metrics import read_jsonl
+from graft_jax.outputs.metrics_writer import read_jsonl
 from tests.distributed import procs
 from tests.distributed.test_two_process_training import params
 

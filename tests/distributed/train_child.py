@@ -27,7 +27,7 @@ import numpy as np
 from configs import toy
 from graft_jax import distributed
 from graft_jax.toy.pair import PREBUILT
-from graft_jax.train import config as config_lib
+from graft_jax.config import run_config as config_lib
 from graft_jax.train import setup
 from graft_jax.train.trainer import Trainer
 

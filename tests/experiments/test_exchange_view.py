@@ -6,7 +6,7 @@ import pytest
 from graft_jax import toy
 from graft_jax.experiments import exchange_view, toy_compare
 from graft_jax.models import load_hf, load_tokenizer
-from graft_jax.train import config as config_lib
+from graft_jax.config import run_config as config_lib
 from graft_jax.train.trainer import Trainer
 
 pytestmark = pytest.mark.slow  # builds the tiny pair and compiles both samplers

@@ -1,4 +1,4 @@
-"""graft_jax.cli and graft_jax.train.progress without a subprocess: labels, lines, the bar."""
+"""graft_jax.cli and graft_jax.outputs.progress without a subprocess: labels, lines, the bar."""
 
 import io
 
@@ -7,7 +7,9 @@ import pytest
 from graft_jax import cli
 from graft_jax.data import DataError
 from graft_jax.models import hf_io
-from graft_jax.train import checkpoint, config_checks, peer_log, progress
+from graft_jax.train import checkpoint, peer_log
+from graft_jax.config import checks as config_checks
+from graft_jax.outputs import progress
 
 
 @pytest.mark.parametrize("exc,line,code", [

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from graft_jax.models import load_hf, load_tokenizer
-from graft_jax.train import metrics
+from graft_jax.outputs import metrics_writer as metrics
 from tests.launch.conftest import REPO
 
 # The README's paths -> the stand-ins' keys in `real_pair_files`.

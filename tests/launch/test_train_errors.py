@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from graft_jax.train import config as config_lib
+from graft_jax.config import run_config as config_lib
 from tests.launch.conftest import REPO
 
 BASE = config_lib.import_config_file(REPO / "configs" / "base.py")

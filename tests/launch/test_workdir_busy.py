@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 
-from graft_jax.train.workdir_lock import WorkdirLock
+from graft_jax.outputs.workdir_lock import WorkdirLock
 from tests.launch.conftest import REPO
 
 

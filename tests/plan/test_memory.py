@@ -13,7 +13,7 @@ from graft_jax.models.config import ModelConfig
 from graft_jax.models.decoder import init_model
 from graft_jax.sharding import MeshConfig, make_mesh
 from graft_jax.plan.memory import largest_rows, update_memory
-from graft_jax.train.config import OptimizerConfig
+from graft_jax.config.run_config import OptimizerConfig
 from graft_jax.train.methods.base import ClippedTokenLoss
 from graft_jax.train.update import make_optimizer
 

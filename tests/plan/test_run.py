@@ -3,8 +3,8 @@
 import pytest
 
 from graft_jax.plan import run as run_plan
-from graft_jax.train import config as config_lib
-from graft_jax.train import config_load
+from graft_jax.config import run_config as config_lib
+from graft_jax.config import load as config_load
 
 
 def _qwen3_1p7b_params_by_hand() -> int:

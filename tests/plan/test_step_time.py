@@ -23,8 +23,8 @@ def test_sync_choices_by_hand():
 
 
 def test_the_step_counts_the_sync_the_placement_picks():
-  from graft_jax.train import config as config_lib
-  from graft_jax.train import config_load
+  from graft_jax.config import run_config as config_lib
+  from graft_jax.config import load as config_load
   cd = config_lib.load_config("configs/pair_smollm3_qwen3.py:vllm")
   cfg = config_lib.from_config_dict(cd)
   mc = {"qwen3_1p7b": ModelConfig.qwen3_1p7b()}

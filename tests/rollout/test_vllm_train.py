@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from configs import toy
-from graft_jax.train import config as config_lib
+from graft_jax.config import run_config as config_lib
 from graft_jax.train import peer_log
-from graft_jax.train.metrics import read_jsonl
+from graft_jax.outputs.metrics_writer import read_jsonl
 from graft_jax.train.setup import attach_engines
 from graft_jax.train.trainer import Trainer
 from tests.train import tiny_pair

@@ -5,9 +5,9 @@ import pytest
 
 from configs import toy
 from graft_jax.rollout import weight_transfer
-from graft_jax.train import config as config_lib
-from graft_jax.train import config_checks
-from graft_jax.train.config_load import apply_overrides
+from graft_jax.config import run_config as config_lib
+from graft_jax.config import checks as config_checks
+from graft_jax.config.load import apply_overrides
 
 
 def _cfg(*overrides):

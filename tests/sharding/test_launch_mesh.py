@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from graft_jax.train import metrics
+from graft_jax.outputs import metrics_writer as metrics
 from tests.launch.conftest import REPO, real_pair_files  # noqa: F401  (the fixture)
 from tests.launch.test_real_pair_example import SMALL
 

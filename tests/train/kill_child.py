@@ -34,8 +34,9 @@ import jax
 import numpy as np
 
 from graft_jax import cli
-from graft_jax.train import (checkpoint, metrics, policy, step as step_lib,
-                             trainer as trainer_lib, workdir_lock)
+from graft_jax.outputs import metrics_writer as metrics
+from graft_jax.outputs import workdir_lock
+from graft_jax.train import checkpoint, policy, step as step_lib, trainer as trainer_lib
 from graft_jax.train.validation import Validator
 from tests.train import tiny_pair
 from tests.train.test_trainer_methods import make_cfg

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from graft_jax.train import config as config_lib
+from graft_jax.config import run_config as config_lib
 from graft_jax.train import setup
 
 

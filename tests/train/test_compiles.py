@@ -14,7 +14,7 @@ import pytest
 from jax import monitoring
 
 from configs import toy
-from graft_jax.train import config as config_lib
+from graft_jax.config import run_config as config_lib
 from graft_jax.train.policy import make_policy
 from graft_jax.train.step import train_step
 from tests.train import tiny_pair

@@ -21,8 +21,10 @@ import numpy as np
 import pytest
 
 from graft_jax.data import DataError
-from graft_jax.train import checkpoint, metrics_file, run_inputs, storage
-from graft_jax.train.metrics import MetricsWriter, read_jsonl
+from graft_jax.train import checkpoint, run_inputs
+from graft_jax.outputs import metrics_file
+from graft_jax.outputs import storage
+from graft_jax.outputs.metrics_writer import MetricsWriter, read_jsonl
 
 
 @contextlib.contextmanager

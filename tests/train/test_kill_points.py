@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from graft_jax.train import peer_log
-from graft_jax.train.metrics import read_jsonl
+from graft_jax.outputs.metrics_writer import read_jsonl
 from tests.train.kill_child import PHASES, TOO_LONG
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from configs import toy
-from graft_jax.train import config as config_lib
+from graft_jax.config import run_config as config_lib
 from graft_jax.train import step as step_lib
 from graft_jax.train.methods import make as make_method
 from graft_jax.train.old_logprobs import rows_to_score, score_own_rows

@@ -25,8 +25,9 @@ import numpy as np
 import pytest
 
 from graft_jax import cli
-from graft_jax.train import checkpoint, preemption, workdir_lock
-from graft_jax.train.metrics import read_jsonl
+from graft_jax.train import checkpoint, preemption
+from graft_jax.outputs import workdir_lock
+from graft_jax.outputs.metrics_writer import read_jsonl
 from tests.train import test_kill_points as kill_points
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from configs import base
-from graft_jax.train import config as config_lib
-from graft_jax.train.metrics import read_jsonl
+from graft_jax.config import run_config as config_lib
+from graft_jax.outputs.metrics_writer import read_jsonl
 from graft_jax.train.trainer import Trainer
 from tests.core.test_exchange_k import exchange_k_reference
 from tests.train import tiny_pair

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from graft_jax.rollout import JaxSamplerEngine, SamplingParams
-from graft_jax.train import config as config_lib
-from graft_jax.train.metrics import read_jsonl
+from graft_jax.config import run_config as config_lib
+from graft_jax.outputs.metrics_writer import read_jsonl
 from graft_jax.train.setup import load_train_problems
 from graft_jax.train.trainer import Trainer
 from graft_jax.train.validation import Validator, eval_suite

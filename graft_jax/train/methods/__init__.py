@@ -6,7 +6,7 @@ in ``REGISTRY``; ``train_step`` and the trainer only ever ask the method.
 
 from __future__ import annotations
 
-from graft_jax.train.config_checks import policy_configs
+from graft_jax.config.checks import policy_configs
 from graft_jax.train.methods.base import BuiltRows, Method
 from graft_jax.train.methods.graft import Graft
 from graft_jax.train.methods.grpo import Grpo

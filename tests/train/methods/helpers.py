@@ -13,7 +13,8 @@ import numpy as np
 
 from configs import base, toy
 from graft_jax.rollout import RolloutBatch
-from graft_jax.train import config as config_lib, methods
+from graft_jax.train import methods
+from graft_jax.config import run_config as config_lib
 from graft_jax.train.collect import Rollout
 from graft_jax.train.policy import make_policy
 from tests.core import reference

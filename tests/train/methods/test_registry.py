@@ -4,7 +4,9 @@ import dataclasses
 
 import pytest
 
-from graft_jax.train import config_checks, methods
+from graft_jax.train import methods
+
+from graft_jax.config import checks as config_checks
 from tests.train.methods import helpers
 
 

@@ -126,7 +126,7 @@ def validate(cfg: Any) -> None:
   _check_methods(cfg)
   _check_io(cfg)
   _check_decode_kernel(cfg)
-  from graft_jax.train import config_placement  # pylint: disable=import-outside-toplevel
+  from graft_jax.config import placement as config_placement  # pylint: disable=import-outside-toplevel
   config_placement.validate(cfg)
 
 
@@ -342,7 +342,7 @@ def check_resume(stored: Mapping[str, Any], current: Mapping[str, Any], *,
     ConfigError: naming the first field of ``RESUME_LOCKED`` or ``RESUME_LAYOUT``
       that differs and both values; ``where`` names the stored config's file.
   """
-  from graft_jax.train.config_load import flatten  # pylint: disable=import-outside-toplevel
+  from graft_jax.config.load import flatten  # pylint: disable=import-outside-toplevel
   old, new = flatten(stored), flatten(current)
   allowed = []
   for field in sorted(old.keys() | new.keys()):

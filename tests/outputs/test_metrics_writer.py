@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from tensorboardX.proto import event_pb2
 
-from graft_jax.train import metrics as metrics_lib
+from graft_jax.outputs import metrics_writer as metrics_lib
 
 
 def test_flatten():

@@ -17,7 +17,7 @@ import pathlib
 import secrets
 from typing import Any, Mapping
 
-from graft_jax.train import metrics
+from graft_jax.outputs import metrics_writer as metrics
 
 RUN_ID_FILE = 'wandb_run_id'
 

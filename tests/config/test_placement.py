@@ -8,9 +8,10 @@ fields to change; the sidecar options built from a good one carry
 import pytest
 
 from configs import toy
-from graft_jax.train import config as config_lib
-from graft_jax.train import config_placement, setup
-from graft_jax.train.config_load import apply_overrides
+from graft_jax.config import run_config as config_lib
+from graft_jax.train import setup
+from graft_jax.config import placement as config_placement
+from graft_jax.config.load import apply_overrides
 
 
 def cfg_of(*overrides, preset="vllm"):

@@ -11,13 +11,13 @@ import sys
 
 import pytest
 
-from graft_jax.train import workdir_lock
-from graft_jax.train.workdir_lock import LOCK_NAME, WorkdirBusyError, WorkdirLock
+from graft_jax.outputs import workdir_lock
+from graft_jax.outputs.workdir_lock import LOCK_NAME, WorkdirBusyError, WorkdirLock
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 HOLD = ("import sys, time\n"
-        "from graft_jax.train import workdir_lock\n"
+        "from graft_jax.outputs import workdir_lock\n"
         "workdir_lock.WorkdirLock(sys.argv[1]).acquire()\n"
         "print('held', flush=True)\n"
         "time.sleep(600)\n")

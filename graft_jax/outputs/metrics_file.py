@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from graft_jax.data.rows import DataError
-from graft_jax.train import storage
+from graft_jax.outputs import storage
 
 log = logging.getLogger(__name__)
 

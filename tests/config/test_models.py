@@ -5,8 +5,10 @@ import json
 import pytest
 
 from configs import base, toy
-from graft_jax.train import config as config_lib
-from graft_jax.train import config_checks, config_placement, methods, setup
+from graft_jax.config import run_config as config_lib
+from graft_jax.train import methods, setup
+from graft_jax.config import checks as config_checks
+from graft_jax.config import placement as config_placement
 
 THREE = [("runs/trio/a", "toy_a"), ("runs/trio/b", "toy_b"), ("runs/trio/c", "toy_c")]
 

@@ -15,8 +15,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from graft_jax.train import progress
-from graft_jax.train.metrics_file import MetricsFile, read_jsonl  # read_jsonl: re-exported
+from graft_jax.outputs import progress
+from graft_jax.outputs.metrics_file import MetricsFile, read_jsonl  # read_jsonl: re-exported
 
 __all__ = ['MetricsWriter', 'flatten', 'read_jsonl', 'scalars', 'to_json_value']
 
@@ -84,7 +84,7 @@ class MetricsWriter:
       self._tb = tensorboardX.SummaryWriter(
           logdir=str(pathlib.Path(workdir) / 'tensorboard'), purge_step=initial_step)
     if wandb is not None:
-      from graft_jax.train.wandb_log import WandbLog  # pylint: disable=import-outside-toplevel
+      from graft_jax.outputs.wandb_log import WandbLog  # pylint: disable=import-outside-toplevel
       self._wandb = WandbLog(workdir, **wandb)
     if progress_bar:
       self._bar = progress.ProgressBar(total_steps, initial_step)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from graft_jax.experiments import toy_compare
-from graft_jax.train import config as config_lib
-from graft_jax.train import config_checks
+from graft_jax.config import run_config as config_lib
+from graft_jax.config import checks as config_checks
 from graft_jax.train.checkpoint import Checkpointer
 from tests.train import tiny_pair
 

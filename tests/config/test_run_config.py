@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from graft_jax.train import config as config_lib
+from graft_jax.config import run_config as config_lib
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / 'configs'
 BASE = config_lib.import_config_file(CONFIGS / 'base.py')

@@ -23,7 +23,7 @@ import os
 import pathlib
 from collections.abc import Mapping
 
-from graft_jax.train.config_checks import ConfigError, policy_configs
+from graft_jax.config.checks import ConfigError, policy_configs
 
 # The trainer's share of a GPU no server uses: JAX's own default (0.75) would leave a
 # quarter of a dedicated GPU idle; the rest holds the CUDA context and NCCL buffers,

@@ -18,8 +18,8 @@ from typing import Any
 
 import ml_collections
 
-from graft_jax.train import config_checks
-from graft_jax.train import config_load
+from graft_jax.config import checks as config_checks
+from graft_jax.config import load as config_load
 
 ConfigError = config_checks.ConfigError
 PathError = config_checks.PathError
@@ -281,7 +281,7 @@ class TrainConfig:
   vllm: VllmConfig = VllmConfig()
   mesh: MeshShape = MeshShape()
   distributed: DistributedConfig = DistributedConfig()
-  # The placement (graft_jax.train.config_placement), with vllm.gpus and
+  # The placement (graft_jax.config.placement), with vllm.gpus and
   # vllm.gpu_memory_utilization: the trainer's local GPU ids (() = all visible) and
   # its share of each (XLA_PYTHON_CLIENT_MEM_FRACTION; 0 = what the servers leave).
   jax_devices: tuple[int, ...] = ()

@@ -10,8 +10,10 @@ import pytest
 from wandb.proto import wandb_internal_pb2
 
 from configs import toy
-from graft_jax.train import config as config_lib, config_checks, metrics
-from graft_jax.train.wandb_log import RUN_ID_FILE, WandbLog
+from graft_jax.config import run_config as config_lib
+from graft_jax.config import checks as config_checks
+from graft_jax.outputs import metrics_writer as metrics
+from graft_jax.outputs.wandb_log import RUN_ID_FILE, WandbLog
 
 _BLOCK, _HEADER = 32768, 7
 
@@ -137,7 +139,7 @@ def test_a_training_run_logs_its_metrics_rows_to_wandb(tmp_path):
 
 
 def test_the_run_summary_lists_the_wandb_folder():
-  from graft_jax.train import progress  # pylint: disable=import-outside-toplevel
+  from graft_jax.outputs import progress  # pylint: disable=import-outside-toplevel
   cfg = config_lib.from_config_dict(toy.get_config("graft"))
   assert not any(p.endswith("wandb") for p, _ in progress.run_outputs(cfg))
   on = dataclasses.replace(cfg, logging=dataclasses.replace(cfg.logging, wandb=True,

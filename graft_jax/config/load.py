@@ -14,7 +14,7 @@ import types
 import typing
 from typing import Any, Mapping
 
-from graft_jax.train.config_checks import ConfigError, did_you_mean
+from graft_jax.config.checks import ConfigError, did_you_mean
 
 
 def build_dataclass(cls: type, mapping: Mapping[str, Any],

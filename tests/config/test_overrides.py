@@ -2,8 +2,8 @@
 
 import pytest
 
-from graft_jax.train import config as config_lib
-from graft_jax.train import config_load
+from graft_jax.config import run_config as config_lib
+from graft_jax.config import load as config_load
 
 
 def _toy():

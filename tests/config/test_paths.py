@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from graft_jax.train import config as config_lib
-from tests.train.test_config import _with
+from graft_jax.config import run_config as config_lib
+from tests.config.test_run_config import _with
 
 
 def _models(tmp_path):

@@ -27,7 +27,7 @@ import socket
 import numpy as np
 
 from graft_jax import distributed
-from graft_jax.train import storage
+from graft_jax.outputs import storage
 
 log = logging.getLogger(__name__)
 

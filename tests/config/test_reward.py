@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from graft_jax import rewards
-from graft_jax.train import config as config_lib
+from graft_jax.config import run_config as config_lib
 from graft_jax.train import trainer as trainer_lib
 
 TEXTS = ["carry tens: 7+5+0=12. \\boxed{632}", "\\boxed{632.0}", "\\boxed{631}", "632",
@@ -59,8 +59,8 @@ def bad_shape_reward(texts, golds):
 
 
 def test_a_reward_that_breaks_the_contract_is_named():
-  fn = rewards.make_reward("tests.train.test_config_reward:bad_shape_reward")
-  with pytest.raises(rewards.RewardError, match=r"reward.kind 'tests.train.test_config_reward:"
+  fn = rewards.make_reward("tests.config.test_reward:bad_shape_reward")
+  with pytest.raises(rewards.RewardError, match=r"reward.kind 'tests.config.test_reward:"
                      r"bad_shape_reward' must return 2 finite rewards, got shape \(1,\)"):
     fn(["a", "b"], ["a", "b"])
 
