@@ -205,7 +205,10 @@ def test_visible_gpus_read_cuda_visible_devices_then_the_driver(tmp_path):
 def test_the_run_stops_on_a_bad_placement_before_any_model_loads(monkeypatch, tmp_path):
   # The model folders do not exist: the placement check must stop the run first.
   monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-  monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+  # setenv first so that teardown also removes what the launcher sets below; a bare
+  # delenv of an absent name records nothing, and the value would leak into later tests.
+  monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "")
+  monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION")
   cfg = cfg_of("vllm.gpus.model_a=(1,)", "vllm.gpus.model_b=(3,)", "xla_mem_fraction=0.5",
                f"workdir={tmp_path}/run", f"model_a.path={tmp_path}/none_a",
                f"model_b.path={tmp_path}/none_b")
