@@ -15,6 +15,7 @@ import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from graft_jax.rewards import select as reward_select
+from graft_jax.sharding.mesh import MeshAxisError
 
 METHODS = ('graft', 'grpo', 'hacpo', 'sgt', 'replay')
 _ENUMS = {
@@ -180,13 +181,10 @@ def _check_batching(cfg) -> None:
   _check_range(cfg, 'rollout.temperature', lo=0)
   _check_range(cfg, 'rollout.top_p', lo=0, hi=1, lo_open=True)
   _check_range(cfg, 'rollout.top_k', lo=0)
-  sizes = {k: _get(cfg, f'mesh.{k}') for k in ('data', 'fsdp', 'tensor')}
-  for axis, size in sizes.items():
-    if size != -1 and size < 1:
-      raise ConfigError(f'mesh.{axis} must be >= 1 or -1 (the rest), '
-                        f'got {size}')
-  if list(sizes.values()).count(-1) > 1:
-    raise ConfigError(f'at most one mesh axis may be -1, got {sizes}')
+  try:
+    cfg.mesh.check()
+  except MeshAxisError as e:
+    raise ConfigError(str(e), field=f'mesh.{e.axis}' if e.axis else 'mesh') from None
   _check_range(cfg, 'micro_batch_tokens', lo=0)
   _check_range(cfg, 'attention_block', lo=1)
   _check_range(cfg, 'rollout.max_kv_bytes', lo=0)

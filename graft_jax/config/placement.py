@@ -193,19 +193,6 @@ def visible_gpus(environ: Mapping[str, str] = os.environ,
   return len(list(proc.iterdir())) if proc.is_dir() else None
 
 
-def _state_shards(cfg, trainer_devices: int) -> int:
-  """Devices one model's state is split over: the mesh's fsdp x tensor axes (the data
-  axis replicates it), with a -1 axis taking what the others leave."""
-  m = cfg.mesh
-  sizes = [m.data, m.fsdp, m.tensor]
-  if -1 in sizes:
-    known = 1
-    for s in sizes:
-      known *= s if s != -1 else 1
-    sizes = [s if s != -1 else max(trainer_devices // known, 1) for s in sizes]
-  return max(sizes[1] * sizes[2], 1)
-
-
 def check_start(cfg, *, gpus: int | None, device_bytes: int | None,
                 footprints: list[Footprint], margin_bytes: int = 4 * 2**30) -> None:
   """Raises `ConfigError` (one line, naming the field and a fix) when the placement does
@@ -231,7 +218,7 @@ def check_start(cfg, *, gpus: int | None, device_bytes: int | None,
   trainer_devices = len(cfg.jax_devices) or gpus
   frac = trainer_fraction(cfg)
   resident = sum(f.params * f.trainer_bytes_per_param for f in footprints)
-  per_device = resident // _state_shards(cfg, trainer_devices) + margin_bytes
+  per_device = resident // cfg.mesh.state_shards(trainer_devices) + margin_bytes
   if per_device > frac * device_bytes:
     raise ConfigError(
         f'the models\' weights and optimizer states take {per_device / 2**30:.1f} GiB per '

@@ -20,6 +20,7 @@ import ml_collections
 
 from graft_jax.config import checks as config_checks
 from graft_jax.config import load as config_load
+from graft_jax.sharding.mesh import MeshConfig
 
 ConfigError = config_checks.ConfigError
 PathError = config_checks.PathError
@@ -233,15 +234,6 @@ class VllmConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class MeshShape:
-  """Axis sizes of the device mesh (graft_jax.sharding.MeshConfig); -1 takes the
-  remaining devices (at most one axis)."""
-  data: int = -1
-  fsdp: int = 1
-  tensor: int = 1
-
-
-@dataclasses.dataclass(frozen=True)
 class TrainConfig:
   """Everything one run needs; defaults are the paper's (arXiv 2609.37868)."""
   method: str = 'graft'  # 'graft' | 'grpo' | 'hacpo' | 'sgt' | 'replay'
@@ -279,7 +271,7 @@ class TrainConfig:
   logging: LoggingConfig = LoggingConfig()
   engine: str = 'jax'  # 'jax' | 'vllm'
   vllm: VllmConfig = VllmConfig()
-  mesh: MeshShape = MeshShape()
+  mesh: MeshConfig = MeshConfig()  # graft_jax.sharding.MeshConfig
   distributed: DistributedConfig = DistributedConfig()
   # The placement (graft_jax.config.placement), with vllm.gpus and
   # vllm.gpu_memory_utilization: the trainer's local GPU ids (() = all visible) and

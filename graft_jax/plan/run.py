@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from graft_jax.models.config import ModelConfig
 from graft_jax.plan.memory import abstract_model, largest_rows, update_memory
 from graft_jax.rollout.kv_budget import KVBudgetError, bucket, call_plan, kv_bytes_per_prompt
-from graft_jax.sharding.mesh import MeshConfig, make_mesh
+from graft_jax.sharding.mesh import make_mesh
 from graft_jax.sharding.place import batch_shards
 from graft_jax.sharding.report import format_bytes
 from graft_jax.config.checks import policy_configs
@@ -157,8 +157,7 @@ def plan(cfg, devices, device_bytes: int, *, reserve_fraction: float = 0.0,
   sit next to them while it decodes."""
   from graft_jax.train import methods  # pylint: disable=import-outside-toplevel
   from graft_jax.train.update import make_optimizer  # pylint: disable=import-outside-toplevel
-  m = cfg.mesh
-  mesh = make_mesh(MeshConfig(m.data, m.fsdp, m.tensor), devices)
+  mesh = make_mesh(cfg.mesh, devices)
   length = cfg.max_prompt_len + cfg.max_response_len
   rows_cfg = max(1, cfg.micro_batch_tokens // length) if cfg.micro_batch_tokens else None
   minibatch_rows = cfg.prompts_per_step // cfg.num_minibatches * cfg.n

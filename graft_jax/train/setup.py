@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from graft_jax import compile_cache, distributed
 from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.models.attention import describe_impl
-from graft_jax.sharding import (MeshConfig, describe_mesh, format_bytes, make_mesh,
+from graft_jax.sharding import (describe_mesh, format_bytes, make_mesh,
                                 max_bytes_per_device)
 from graft_jax.config.run_config import ConfigError, check_paths, policy_configs
 from graft_jax.train.update import micro_batch_budget
@@ -120,7 +120,7 @@ def build_mesh(cfg):
   """
   m = cfg.mesh
   try:
-    mesh = make_mesh(MeshConfig(data=m.data, fsdp=m.fsdp, tensor=m.tensor))
+    mesh = make_mesh(m)
   except ValueError as e:
     raise ConfigError(f"mesh (data={m.data}, fsdp={m.fsdp}, tensor={m.tensor}) does not fit "
                       f"the {jax.device_count()} devices: {e}", field="mesh") from None

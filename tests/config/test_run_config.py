@@ -41,18 +41,30 @@ def test_base_is_the_dataclass_defaults():
   assert config_lib.from_config_dict(BASE.get_config()) == config_lib.TrainConfig()
 
 
-def test_train_config_classes_do_not_reuse_the_model_and_mesh_class_names():
-  """graft_jax.models.ModelConfig and graft_jax.sharding.MeshConfig are other things."""
+def test_one_mesh_config_and_no_second_model_config():
+  """The run's mesh section is graft_jax.sharding.MeshConfig itself; no run config class
+  reuses graft_jax.models.ModelConfig's name."""
   import dataclasses
   import typing
   from graft_jax import models, sharding
   seen, todo = set(), [config_lib.TrainConfig]
   while todo:
     cls = todo.pop()
-    seen.add(cls.__name__)
+    seen.add(cls)
     todo += [h for h in typing.get_type_hints(cls).values() if dataclasses.is_dataclass(h)]
-  assert {'PolicyConfig', 'MeshShape'} <= seen
-  assert not seen & {models.ModelConfig.__name__, sharding.MeshConfig.__name__}
+  assert typing.get_type_hints(config_lib.TrainConfig)['mesh'] is sharding.MeshConfig
+  assert [c for c in seen if c.__name__.startswith('Mesh')] == [sharding.MeshConfig]
+  assert models.ModelConfig.__name__ not in {c.__name__ for c in seen}
+
+
+def test_mesh_errors_name_the_axis():
+  for overrides, field in ((('mesh.fsdp=0',), 'mesh.fsdp'),
+                           (('mesh.data=-1', 'mesh.tensor=-1'), 'mesh')):
+    cd = config_lib.load_config(str(CONFIGS / 'toy.py'))
+    config_lib.apply_overrides(cd, list(overrides), flag='')
+    with pytest.raises(config_lib.ConfigError) as e:
+      config_lib.from_config_dict(cd)
+    assert e.value.field == field, str(e.value)
 
 
 def test_paper_defaults():
