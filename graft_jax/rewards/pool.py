@@ -17,8 +17,9 @@ import atexit
 import collections
 import dataclasses
 import multiprocessing as mp
-from multiprocessing import connection
+from multiprocessing import connection, forkserver
 import os
+import signal
 import threading
 import time
 import weakref
@@ -71,6 +72,23 @@ class _Worker:
     self.conn.close()
 
 
+def _start_forkserver_deaf() -> None:
+  """Starts multiprocessing's fork server, if it is not running, with the run's stop
+  signals ignored (``worker.IGNORED_SIGNALS``; an ignored signal stays ignored across
+  exec). A scheduler signals every process of a job step: without this, its warning
+  signal would end the fork server, and no worker could be replaced afterwards.
+  Signal dispositions can only be changed from the main thread; elsewhere the
+  server starts as it would (on the first worker)."""
+  if threading.current_thread() is not threading.main_thread():
+    return
+  before = {s: signal.signal(s, signal.SIG_IGN) for s in worker_lib.IGNORED_SIGNALS}
+  try:
+    forkserver.ensure_running()
+  finally:
+    for s, handler in before.items():
+      signal.signal(s, handler)
+
+
 class VerifierPool:
   """Worker processes running math-verify; create once, reuse, then close.
 
@@ -103,6 +121,7 @@ class VerifierPool:
     # Only takes effect if the forkserver is not running yet; then each
     # re-spawned worker forks with math-verify already imported.
     self._ctx.set_forkserver_preload(["graft_jax.rewards.worker", "math_verify"])
+    _start_forkserver_deaf()
     self._lock = threading.Lock()
     self._workers = [_Worker(self._ctx) for _ in range(self.num_workers)]
     self._closed = False

@@ -27,6 +27,9 @@ GOLD_PARSE_FAIL = 4  # the gold answer itself did not parse
 ERROR = 5            # the worker raised or died on this item
 
 _FLUSH_S = 0.005
+# A run's stop signals (graft_jax.train.preemption.STOP_SIGNALS): a worker ignores
+# them; the pool ends it by message or SIGKILL, and pipe EOF when the trainer dies.
+IGNORED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 _CACHE_MAX = 50_000
 _CACHE_MAX_CHARS = 512  # whole unboxed responses are unique: never cached
 # One of each common answer shape: the first parse of a shape pays for
@@ -129,8 +132,11 @@ def worker_main(conn) -> None:
   # math-verify warns once per process that its own timeout is off; ours is on.
   logging.getLogger("math_verify").setLevel(logging.ERROR)
   signal.signal(signal.SIGALRM, _on_alarm)
-  # Ctrl-C belongs to the parent, which tears the pool down itself.
-  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  # Ctrl-C and a scheduler's stop signals belong to the trainer, which finishes its
+  # step (scores included) and then tears the pool down itself; SLURM signals every
+  # process of a job step, and a worker dying here would score its items as crashes.
+  for signum in IGNORED_SIGNALS:
+    signal.signal(signum, signal.SIG_IGN)
   checker = Checker()
   for gold, pred in _WARMUP:
     checker.check(gold, pred, True)

@@ -45,6 +45,11 @@ def _clear_group(server) -> None:
 
 def main(argv):
   parent = os.getppid()
+  # SIGUSR1 is the trainer's "save and stop" warning (SLURM's --signal reaches every
+  # process of the job step): the server ignores it (the disposition survives exec,
+  # and vLLM sets no handler of its own) and keeps serving until the trainer, done
+  # with its step, stops it.
+  signal.signal(signal.SIGUSR1, signal.SIG_IGN)
   server = subprocess.Popen(argv)
   # A SIGTERM to the group reaches the server too; we only need to outlive it
   # long enough to clean up whatever it leaves behind.

@@ -82,3 +82,25 @@ def test_failed_send_requeues_the_chunk(pool):
   got, stats = rewards.score(responses, [str(i) for i in range(2, 10)], pool=pool)
   np.testing.assert_array_equal(got, np.ones(8))
   assert stats.worker_restarts >= 1 and stats.errors == 0
+
+
+def test_stop_signals_to_every_process_leave_the_pool_whole():
+  """A scheduler's SIGTERM / SIGUSR1 reach every process of a job step: the workers and
+  the fork server ignore them (the trainer stops the pool once its step is done), so the
+  batch scores normally and a worker can still be replaced afterwards."""
+  from multiprocessing import forkserver
+  with rewards.VerifierPool(2) as pool:
+    pids = list(pool.worker_pids)
+    server = forkserver._forkserver._forkserver_pid  # pylint: disable=protected-access
+    for pid in [*pids, server]:
+      for signum in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
+        os.kill(pid, signum)
+    responses, golds = ["\\boxed{\\frac{6}{8}}", "\\boxed{2^{10}}", "\\boxed{7}"], ["0.75", "1024", "8"]
+    got, stats = rewards.score(responses, golds, pool=pool)
+    np.testing.assert_array_equal(got, [1.0, 1.0, 0.0])
+    assert stats.worker_restarts == 0 and stats.errors == 0
+    assert list(pool.worker_pids) == pids
+    os.kill(pids[0], signal.SIGKILL)  # the fork server is alive to replace it
+    got, stats = rewards.score(responses, golds, pool=pool)
+    np.testing.assert_array_equal(got, [1.0, 1.0, 0.0])
+    assert stats.worker_restarts >= 1 and pids[0] not in pool.worker_pids

@@ -80,6 +80,22 @@ def test_stop_takes_the_whole_group(tmp_path):
   assert not group_members(pgid)
 
 
+def test_the_stop_warning_to_the_group_leaves_the_server_serving(tmp_path):
+  """SLURM's warning signal (SIGUSR1, --signal) reaches every process of the job step; the
+  server must keep serving until the trainer has finished its step and stops it."""
+  with _sidecar(tmp_path, "spawn") as sidecar:
+    sidecar.wait_ready()
+    pgid = sidecar.pgid()
+    deadline = time.monotonic() + 10
+    while len(group_members(pgid)) < 3 and time.monotonic() < deadline:
+      time.sleep(0.1)
+    members = sorted(group_members(pgid))
+    os.killpg(pgid, signal.SIGUSR1)
+    time.sleep(1.0)
+    assert sorted(group_members(pgid)) == members and sidecar.healthy()
+  assert not group_members(pgid)
+
+
 def test_server_crash_clears_group_and_is_seen(tmp_path):
   with _sidecar(tmp_path, "spawn") as sidecar:
     sidecar.wait_ready()
