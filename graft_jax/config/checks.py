@@ -37,6 +37,7 @@ _ENUMS = {
     'decode_attention': ('auto', 'xla', 'kernel'),
     'vllm.dtype': ('bfloat16', 'float16', 'float32', 'auto'),
     'vllm.weight_sync': ('auto', 'reload', 'nccl', 'ipc'),
+    'rollout.concurrent': ('auto', 'on', 'off'),
     'checkpoint.export_dtype': ('stored', 'bfloat16', 'float32', 'float16'),
     'logging.wandb_mode': ('online', 'offline'),
 }

@@ -78,6 +78,11 @@ class RolloutConfig:
   # JAX sampler: up to this many calls side by side, each from its own thread
   # (graft_jax.rollout.jax_engine). 0 = the engine's default: 4 on a CPU, else 1.
   streams: int = 0
+  # Whether the models sample side by side, each from its own thread
+  # (graft_jax.train.collect.collect_all): 'auto' = when every engine runs out of
+  # process (vLLM) under one trainer process, 'on' = the same but stop the run where
+  # it cannot, 'off' = one model after the other. The rollouts are the same.
+  concurrent: str = 'auto'
 
 
 @dataclasses.dataclass(frozen=True)

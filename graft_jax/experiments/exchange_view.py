@@ -15,7 +15,7 @@ import numpy as np
 
 from graft_jax import core
 from graft_jax.train import peer_rows
-from graft_jax.train.collect import collect
+from graft_jax.train.collect import collect_all
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,8 +53,8 @@ def exchange_view(cfg, policies: dict, problems, reward_fn, *, seed: int = 0) ->
   if len(names) != 2:
     raise ValueError(f"exchange_view needs two policies, got {names}")
   timings: dict = {}
-  rolls = {name: collect(policies[name], problems, cfg, reward_fn, seed + i, timings)
-           for i, name in enumerate(names)}
+  rolls = collect_all(policies, problems, cfg, reward_fn,
+                      {name: seed + i for i, name in enumerate(names)}, timings)
   a, b = names
   a_recv, b_recv = (np.asarray(x) for x in core.select_exchange(
       rolls[a].k_G, rolls[b].k_G, cfg.n, balance=cfg.graft.balance))

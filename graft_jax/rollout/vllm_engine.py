@@ -114,6 +114,10 @@ class VLLMEngine:
       (`weight_transfer.base.Sender`).
   """
 
+  # Sampling runs in the server's process, off the trainer's devices, so several
+  # engines can sample at once (`graft_jax.train.collect.collect_all`).
+  out_of_process = True
+
   def __init__(self, model, *, eos_ids: int | Sequence[int], pad_id: int, run_dir,
                options: SidecarOptions = SidecarOptions(), name: str = "policy",
                weights_dir=None, check_every: int = 10, probe_tolerance: float | None = None,

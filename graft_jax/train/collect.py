@@ -1,13 +1,16 @@
-"""One model's own rollouts for the step's prompts: sample, decode, score, advantages, old log-probs."""
+"""Each model's own rollouts for the step's prompts: sample, decode, score, advantages, old log-probs."""
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import contextlib
 import dataclasses
 import time
 
 import numpy as np
 
-from graft_jax import core
+from graft_jax import core, distributed
+from graft_jax.config.checks import ConfigError
 from graft_jax.rollout import RolloutBatch, SamplingParams
 from graft_jax.train.scoring import mean_or_nan
 
@@ -84,7 +87,98 @@ def rollout_from_batch(policy, problems, batch: RolloutBatch, prompt_ids, reward
 def collect(policy, problems, cfg, reward_fn, seed: int, timings: dict) -> Rollout:
   """Samples n responses per problem with the policy's engine and scores them."""
   prompt_ids = [policy.prompt_ids(p.problem) for p in problems]
+  batch = _generate(policy, prompt_ids, cfg, seed, timings, time.perf_counter())
+  return rollout_from_batch(policy, problems, batch, prompt_ids, reward_fn, cfg, timings=timings)
+
+
+def _generate(policy, prompt_ids, cfg, seed: int, timings: dict, origin: float) -> RolloutBatch:
+  """The engine's batch; records ``sample_s`` and its start and end, in seconds since ``origin``."""
   t0 = time.perf_counter()
   batch = policy.engine.generate(prompt_ids, cfg.n, sampling_params(cfg, seed))
-  timings[f"{policy.name}/sample_s"] = time.perf_counter() - t0
-  return rollout_from_batch(policy, problems, batch, prompt_ids, reward_fn, cfg, timings=timings)
+  t1 = time.perf_counter()
+  timings[f"{policy.name}/sample_s"] = t1 - t0
+  timings[f"{policy.name}/sample_start_s"] = t0 - origin
+  timings[f"{policy.name}/sample_end_s"] = t1 - origin
+  return batch
+
+
+def samples_concurrently(policies: dict, cfg) -> bool:
+  """Whether `collect_all` samples the models side by side (``rollout.concurrent``).
+
+  Only engines that run out of process (a vLLM server each: ``out_of_process``)
+  sample side by side: JAX samplers share the trainer's devices. Under several
+  trainer processes `VLLMEngine.generate` hands process 0's batch to the others
+  through a collective, which every process must enter in the same order, so the
+  models take turns there too. ``'on'`` stops the run where it cannot hold.
+  """
+  mode = cfg.rollout.concurrent
+  if mode == "off":
+    return False
+  inside = [n for n, p in policies.items() if not getattr(p.engine, "out_of_process", False)]
+  if mode == "on" and inside:
+    raise ConfigError(f"rollout.concurrent='on' needs every engine out of process (vLLM); "
+                      f"the engine of {', '.join(inside)} runs in process: use 'auto' or 'off'",
+                      field="rollout.concurrent")
+  if mode == "on" and distributed.multi_process():
+    raise ConfigError("rollout.concurrent='on' needs a single trainer process (several "
+                      "share each batch through a collective): use 'auto' or 'off'",
+                      field="rollout.concurrent")
+  return not inside and not distributed.multi_process() and len(policies) > 1
+
+
+def collect_all(policies: dict, problems, cfg, reward_fn, seeds: dict,
+                timings: dict) -> dict[str, Rollout]:
+  """Every model's `collect` with its seed in ``seeds``; rollouts in ``policies``' order.
+
+  When `samples_concurrently`, each model's ``engine.generate`` runs in its own
+  thread, so the requests to the servers are in flight together. Only sampling
+  leaves the calling thread: prompts are encoded, and responses decoded and
+  scored there, in ``policies``' order, each model's as soon as its batch is
+  back (while the others still sample). Scoring stays on one thread because
+  the reward under several processes (`distributed.shared_reward`) gathers
+  through a collective every process must enter in the same order, the
+  verifier pool runs one batch at a time anyway (it holds a lock), and a
+  caller's reward function need not be thread-safe. The results equal the
+  sequential ones: each model's batch depends on its seed alone.
+
+  ``timings`` gains, per model, ``sample_s``, ``reward_s`` and
+  ``sample_start_s`` / ``sample_end_s``: seconds since this call began, so
+  the metrics show whether the models' sampling overlapped. A sampling thread
+  writes only its own dict, merged here once it is done. The first error in
+  any thread is raised as it was.
+  """
+  origin = time.perf_counter()
+  prompt_ids = {name: [p.prompt_ids(q.problem) for q in problems] for name, p in policies.items()}
+  own = {name: {} for name in policies}
+  def sample(name):
+    return _generate(policies[name], prompt_ids[name], cfg, seeds[name], own[name], origin)
+  rolls = {}
+  batches = _batches(list(policies), sample, samples_concurrently(policies, cfg))
+  with contextlib.closing(batches):  # an error here lets the threads go at once
+    for name, batch in batches:
+      rolls[name] = rollout_from_batch(policies[name], problems, batch, prompt_ids[name],
+                                       reward_fn, cfg, timings=own[name])
+      timings.update(own[name])
+  return rolls
+
+
+def _batches(names: list, sample, side_by_side: bool):
+  """``(name, sample(name))`` in ``names``' order; side by side, each in its own thread
+  and the first failure raised as soon as it happens."""
+  if not side_by_side:
+    yield from ((name, sample(name)) for name in names)
+    return
+  pool = cf.ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="collect")
+  try:
+    futures = {name: pool.submit(sample, name) for name in names}
+    running = set(futures.values())
+    for name, future in futures.items():
+      while not future.done():
+        done, running = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+        for f in done:
+          if f.exception() is not None:
+            f.result()
+      yield name, future.result()
+  finally:
+    # On an error, the other threads end with their engines (the caller closes them).
+    pool.shutdown(wait=False, cancel_futures=True)

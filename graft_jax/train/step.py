@@ -14,7 +14,7 @@ import numpy as np
 from graft_jax import core
 from graft_jax.models.logprobs import bucket_length
 from graft_jax.train import methods, old_logprobs, step_metrics, update
-from graft_jax.train.collect import collect
+from graft_jax.train.collect import collect_all
 from graft_jax.train.update_rows import typed_batch
 
 
@@ -65,10 +65,11 @@ def train_step(cfg, policies: dict, problems, reward_fn, step: int, key, *,
   """
   method = methods.make(cfg) if method is None else method
   timings: dict[str, float] = {}
-  rolls = {}
-  for i, name in enumerate(method.trained(list(policies))):
-    seed = int(jax.random.randint(jax.random.fold_in(key, 1000 + i), (), 0, 2 ** 31 - 1))
-    rolls[name] = collect(policies[name], problems, cfg, reward_fn, seed, timings)
+  trained = method.trained(list(policies))
+  seeds = {name: int(jax.random.randint(jax.random.fold_in(key, 1000 + i), (), 0, 2 ** 31 - 1))
+           for i, name in enumerate(trained)}
+  rolls = collect_all({name: policies[name] for name in trained}, problems, cfg, reward_fn,
+                      seeds, timings)
   t0 = time.perf_counter()
   peers = method.peers(rolls, problems, epoch)
   timings["peers_s"] = time.perf_counter() - t0

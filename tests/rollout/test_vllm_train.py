@@ -1,5 +1,9 @@
 """Two GRAFT steps end to end with a vLLM sidecar per model (different tokenizers): the
-trainer's old-policy log-probs equal vLLM's, and each update reaches the server."""
+trainer's old-policy log-probs equal vLLM's, each update reaches the server, and the models
+sample side by side with the results of sampling in turn."""
+
+import dataclasses
+import functools
 
 import jax
 import numpy as np
@@ -7,8 +11,11 @@ import pytest
 
 from configs import toy
 from graft_jax.config import run_config as config_lib
+from graft_jax.rollout.vllm_sidecar import RequestError
 from graft_jax.train import peer_log
 from graft_jax.outputs.metrics_writer import read_jsonl
+from graft_jax.train.collect import collect_all
+from graft_jax.train.policy import make_policy
 from graft_jax.train.setup import attach_engines
 from graft_jax.train.trainer import Trainer
 from tests.train import tiny_pair
@@ -16,7 +23,7 @@ from tests.train import tiny_pair
 pytestmark = pytest.mark.slow
 
 
-def _cfg(workdir):
+def _cfg(workdir, **fields):
   cd = toy.get_config("graft")
   cd.unlock()
   cd.workdir = str(workdir)
@@ -28,20 +35,69 @@ def _cfg(workdir):
   # Every row runs and is scored, so each step measures the sampler / trainer gap
   # (a step whose groups are all silent would measure no token).
   cd.skip_silent_rows = False
+  for dotted, value in fields.items():
+    *path, last = dotted.split(".")
+    setattr(functools.reduce(getattr, path, cd), last, value)
   return config_lib.from_config_dict(cd)
 
 
 def check_served(workdir, served) -> list[dict]:
-  """Two steps' records, each showing every server in step with its trainer; returns them."""
+  """Two steps' records, each showing every server in step with its trainer and sampling
+  alongside the others; returns them."""
   records = read_jsonl(workdir / "metrics.jsonl")
   assert [r["step"] for r in records] == [0, 1]
   for r in records:
+    assert overlap(r, "time/{}/sample_start_s", "time/{}/sample_end_s", served) > 0
     for name in served:
       # vLLM's generation log-probs are the trainer's old-policy log-probs.
       assert r[f"{name}/logp_mismatch_max"] < 1e-4
       assert r[f"{name}/update/vllm_write_s"] > 0 and r[f"{name}/update/vllm_reload_s"] > 0
       assert r[f"{name}/update/vllm_probe_max_abs"] < 1e-4
   return records
+
+
+def overlap(timings: dict, start: str, end: str, names) -> float:
+  """Seconds during which every model in ``names`` was sampling (<= 0: none)."""
+  return (min(timings[end.format(n)] for n in names)
+          - max(timings[start.format(n)] for n in names))
+
+
+def _policies(vllm_pair, cfg) -> dict:
+  """The session's servers as the engines of two policies (their fixture weights)."""
+  return {name: dataclasses.replace(
+              make_policy(name, model, tok, cfg.optimizer, cfg.data.prompt_suffix), engine=engine)
+          for name, (engine, model, tok) in vllm_pair.items()}
+
+
+def test_models_sample_side_by_side_with_the_results_of_taking_turns(vllm_pair, tmp_path):
+  problems, seeds = tiny_pair.problems(8), {"a": 3, "b": 4}
+  runs = {}
+  for mode in ("on", "off"):
+    cfg = _cfg(tmp_path / mode, **{"rollout.concurrent": mode})
+    timings = {}
+    rolls = collect_all(_policies(vllm_pair, cfg), problems, cfg, tiny_pair.contains_reward,
+                        seeds, timings)
+    assert list(rolls) == ["a", "b"]
+    runs[mode] = rolls, timings
+  (side, t_side), (turns, t_turns) = runs["on"], runs["off"]
+  assert overlap(t_side, "{}/sample_start_s", "{}/sample_end_s", "ab") > 0
+  assert t_turns["a/sample_end_s"] <= t_turns["b/sample_start_s"]
+  for name in "ab":
+    assert side[name].response_ids == turns[name].response_ids
+    np.testing.assert_array_equal(side[name].rewards_GxN, turns[name].rewards_GxN)
+    # Each server batches requests as they arrive, which may move fp32 log-probs in
+    # their last bits between two runs; the tokens and rewards are exact.
+    np.testing.assert_allclose(side[name].gen_mean_logp_B, turns[name].gen_mean_logp_B,
+                               rtol=0, atol=1e-5)
+  assert side["a"].response_ids != side["b"].response_ids
+
+
+def test_a_failure_in_one_sampling_thread_is_raised_as_it_was(vllm_pair, tmp_path):
+  """Responses longer than the servers' context (256): vLLM refuses each request (HTTP 400)."""
+  cfg = _cfg(tmp_path, **{"rollout.concurrent": "on", "max_response_len": 300})
+  with pytest.raises(RequestError, match=r"^[ab]: /v1/completions -> HTTP 400"):
+    collect_all(_policies(vllm_pair, cfg), tiny_pair.problems(2), cfg, tiny_pair.contains_reward,
+                {"a": 0, "b": 1}, {})
 
 
 def test_two_graft_steps_with_vllm_engines(vllm_pair, tmp_path):
