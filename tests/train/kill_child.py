@@ -94,7 +94,7 @@ def install(points: dict) -> None:
     return run_step(self)
 
   trainer_lib.Trainer.run_step = counted
-  _wrap(step_lib, "collect", "sampling", points)
+  _wrap(step_lib, "collect_all", "sampling", points)
   _wrap(step_lib, "run_updates", "update", points)
   _wrap(policy.Policy, "set_params", UPDATE_END, points)
   _wrap(Validator, "run", "validation", points)

@@ -6,7 +6,8 @@ step, validation after steps 1 and 2) is stopped by SIGTERM during sampling
 (the step is abandoned), during a checkpoint write and at the end of the
 update, once its optimizer steps have taken over the old parameters (the step
 finishes), and once by two signals (validation, then the checkpoint write: the
-process ends at once with 128 + 15). After each stop the checkpoint saved is that of the last
+process ends at once with 128 + 15), and once lone during validation (the
+step is kept with its held-out scores). After each stop the checkpoint saved is that of the last
 completed step, and the metrics rows are exactly the completed steps. The
 final parameters (bitwise), rows and peer logs equal those of one
 uninterrupted run, shared by the tests of this module.
@@ -120,6 +121,22 @@ def test_stopped_anywhere_then_rerun_equals_uninterrupted(reference, tmp_path):
   assert code == 0, out[-3000:]
   _assert_same_run(cut, reference / "ref")
   assert not list((cut / "checkpoints").glob("*orbax-checkpoint-tmp*"))
+
+
+@pytest.mark.slow
+def test_a_lone_signal_during_validation_keeps_the_step_and_its_scores(reference, tmp_path):
+  """Validation runs after the update: the step is complete, so it is not abandoned;
+  validation finishes, the row (with its held-out scores) and checkpoint are saved."""
+  cache, cut = reference / "jax_cache", tmp_path / "cut"
+  code, out = _child(cut, cache, tmp_path / "stop.log", "term:validation@1")
+  assert code == cli.STOPPED_EXIT, out[-3000:]
+  assert out.splitlines()[-1] == _stopped_line(2), out[-3000:]
+  rows = read_jsonl(cut / "metrics.jsonl")
+  assert [r["step"] for r in rows] == [0, 1] and _committed(cut)[-1] == 2
+  assert {"toy_a/eval/average", "toy_b/eval/average", "time/eval_s"} <= set(rows[1])
+  code, out = _child(cut, cache, tmp_path / "resume.log")
+  assert code == 0, out[-3000:]
+  _assert_same_run(cut, reference / "ref")
 
 
 def _tree_digest(folder: pathlib.Path) -> dict:
