@@ -34,6 +34,9 @@ PRESETS = {
     'grpo32': _set(method='grpo', n=32),
     'hacpo': _set(method='hacpo'),
     'sgt': _set(method='sgt'),
+    # The two baselines' updates on GRAFT's selected prompts only (methods/sgt.py, hacpo.py).
+    'sgt_graft_prompts': _set(method='sgt', **{'sgt.prompts': 'graft_selected'}),
+    'hacpo_graft_prompts': _set(method='hacpo', **{'hacpo.prompts': 'graft_selected'}),
     'replay': _set(method='replay'),
     # GRAFT ablations (graft_jax.train.peer_rows and graft_jax.core docstrings).
     'pooled': _set(**{'graft.advantages': 'pooled'}),

@@ -32,6 +32,8 @@ _ENUMS = {
     'graft.transfer': ('full', 'success_only'),
     'graft.gate': ('on', 'off'),
     'graft.ratio_level': ('token', 'sequence'),
+    'sgt.prompts': ('own_failures', 'graft_selected'),
+    'hacpo.prompts': ('all', 'graft_selected'),
     'remat': ('none', 'full', 'dots_saveable', 'dots_no_batch'),
     'attention_impl': ('auto', 'dense', 'blocked', 'cudnn', 'splash'),
     'decode_attention': ('auto', 'xla', 'kernel'),

@@ -120,11 +120,17 @@ class HacpoConfig:
   cross_clip_step: float = 0.025  # lower bound grows by this per minibatch
   kl_coef: float = 1e-3
   minibatch_prompts: int = 64
+  # Prompts whose peer group is pooled: 'all' (HACPO) or 'graft_selected', only
+  # GRAFT's selected ones (graft_jax.train.methods.hacpo).
+  prompts: str = 'all'
 
 
 @dataclasses.dataclass(frozen=True)
 class SgtConfig:
   coef: float = 0.1  # weight of the NLL on one correct peer response
+  # Prompts the NLL may apply on: 'own_failures' (SGT) or 'graft_selected', only
+  # GRAFT's selected ones (graft_jax.train.methods.sgt).
+  prompts: str = 'own_failures'
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,6 +33,7 @@ from graft_jax.train import methods
 from graft_jax.config import run_config as config_lib
 from graft_jax.config.checks import resume_locked
 from graft_jax.config.load import flatten
+from graft_jax.outputs import cost_totals
 from graft_jax.outputs.metrics_writer import read_jsonl
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 METHODS = {
     "GRPO n=8": "grpo8", "GRPO n=16": "grpo16", "GRPO n=32": "grpo32", "GRAFT": "graft",
     "HACPO": "hacpo", "SGT": "sgt",
+    "HACPO on GRAFT's prompts": "hacpo_graft_prompts", "SGT on GRAFT's prompts": "sgt_graft_prompts",
     "no gate": "graft,no_gate", "success-only": "graft,success_only",
     "pooled adv.": "graft,pooled", "peer-first": "graft,peer_first", "uniform order": "graft,uniform",
     "sequence ratio": "graft,sequence_ratio", "delta=0": "graft,delta0", "delta=0.9": "graft,delta0.9",
@@ -110,13 +112,21 @@ def cell_config(cell: Cell, out_dir, steps: int, pair, overrides=None):
   return config_lib.from_config_dict(cd)
 
 
+# Fields added after cells were recorded whose default is the math those cells ran:
+# left out of `run_key`'s digest at their default, so adding one reruns nothing.
+ADDED_FIELDS = ("sgt.prompts", "hacpo.prompts")
+
+
 def run_key(pair) -> str:
   """The pair's key and a digest of configs/toy.py's fields that change the math
-  (``config_checks.RESUME_LOCKED``, model paths aside): a finished cell is reused only
-  under the same key, so a change of the toy's learning rate or batch reruns it."""
+  (``config_checks.RESUME_LOCKED``, model paths aside, `ADDED_FIELDS` at their
+  defaults): a finished cell is reused only under the same key, so a change of the
+  toy's learning rate or batch reruns it."""
   cd = config_lib.load_config("configs/toy.py")
+  default = flatten(config_lib.to_dict(config_lib.TrainConfig()))
   fields = {k: v for k, v in flatten(config_lib.to_dict(config_lib.from_config_dict(cd))).items()
-            if resume_locked(k) and not k.endswith(".path")}
+            if resume_locked(k) and not k.endswith(".path")
+            and not (k in ADDED_FIELDS and v == default[k])}
   digest = hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
   return f"{pair.key}-{digest[:12]}"
 
@@ -159,6 +169,7 @@ def run_cell(cell: Cell, pair, pair_cfg, out_dir, *, steps: int, eval_k: int,
          "pass1_t06": {n: evals[n]["t06"]["average"] for n in trained},
          "pass1_groups": {n: evals[n]["pass1"] for n in trained},
          "diagnostics": diagnostics, "curve": validation_curve(records, trained),
+         "cost": cost_totals.summed(records),
          "seconds": time.perf_counter() - t0}
   path = cell_path(cell, out_dir)
   path.parent.mkdir(parents=True, exist_ok=True)
@@ -292,10 +303,13 @@ def aggregate(cells, results: dict, names, *, steps: int, eval_k: int) -> dict:
   groups: dict = {}
   diagnostics: dict = {}
   curves: dict = {}  # label -> model -> step -> [validation pass@1 per seed]
+  costs: dict = {}  # label -> [the cell's summed cost, {} for a cell without one]
   for cell in cells:
     res = results.get(cell.slug)
     if res is None:
       continue
+    if cell.label != INITIAL:
+      costs.setdefault(cell.label, []).append(res.get("cost") or {})
     for n, v in res["pass1"].items():
       table.setdefault(cell.label, {}).setdefault(n, []).append(v)
     for n, per_group in res.get("pass1_groups", {}).items():
@@ -312,8 +326,8 @@ def aggregate(cells, results: dict, names, *, steps: int, eval_k: int) -> dict:
           per_step.setdefault(str(row["step"]), []).append(v)
   seeds = sorted({c.seed for c in cells})
   return {"names": list(names), "cells": table, "cells_t06": table_t06, "groups": groups,
-          "diagnostics": diagnostics, "curves": curves, "seeds": seeds, "steps": steps,
-          "eval_k": eval_k}
+          "diagnostics": diagnostics, "curves": curves, "costs": costs, "seeds": seeds,
+          "steps": steps, "eval_k": eval_k}
 
 
 def _mean_std(values) -> str:
@@ -333,9 +347,12 @@ def results_markdown(res: dict, command: str, machine: str = "", figure: str | N
   lines += [f"Held-out pass@1 (%) of the updated model on the toy pair (average of the "
             f"addition and multiplication families), k={res['eval_k']} samples at T=1.0, "
             f"after {res['steps']} steps; mean ± std (ddof=1) over seeds {res['seeds']}. Each "
-            "model's peer is the other one. Δ is against GRPO n=8, paired by seed.", "",
+            "model's peer is the other one. Δ is against GRPO n=8, paired by seed. Cost: the "
+            "run's device-seconds (sampling, scoring, update, exchange) and the update's "
+            "FLOPs, both models together, mean over seeds; — where the cells predate the "
+            "cost fields.", "",
             "| method | " + " | ".join(f"{n} (peer {m}) | Δ" for n, m in zip(names, names[::-1]))
-            + " | mean |", "|---" * (2 * len(names) + 2) + "|"]
+            + " | mean | cost (device-s) | update FLOPs |", "|---" * (2 * len(names) + 4) + "|"]
   for label, per_model in res["cells"].items():
     row, means = [], []
     for n in names:
@@ -348,7 +365,11 @@ def results_markdown(res: dict, command: str, machine: str = "", figure: str | N
       delta = (f"{100 * (np.mean(v) - np.mean(b[:len(v)])):+.2f}"
                if b and label not in ("GRPO n=8", INITIAL) else "")
       row += [_mean_std(v), delta]
-    lines.append(f"| {label} | " + " | ".join(row) + f" | {100 * np.mean(means):.2f} |")
+    cost = res.get("costs", {}).get(label, [])
+    lines.append(f"| {label} | " + " | ".join(row) + f" | {100 * np.mean(means):.2f} | "
+                 f"{_cost_cell(cost, 'device_s', '{:.0f}')} | "
+                 f"{_cost_cell(cost, 'update_flops', '{:.2e}')} |")
+  lines += ["", cost_comparison(res)]
   if figure:
     lines += ["", f"![held-out pass@1 over training, every method]({figure})", "",
               "Held-out pass@1 over training, mean ± std over seeds (step 0: the initial pair "
@@ -360,6 +381,33 @@ def results_markdown(res: dict, command: str, machine: str = "", figure: str | N
     lines += ["", groups_markdown(res)]
   lines += ["", diagnostics_markdown(res)]
   return "\n".join(lines) + "\n"
+
+
+def _mean_cost(costs: list, key: str) -> float | None:
+  """The mean of ``key`` over a method's cells, None unless every cell carries it."""
+  values = [c.get(key) for c in costs]
+  return float(np.mean(values)) if values and None not in values else None
+
+
+def _cost_cell(costs: list, key: str, fmt: str) -> str:
+  value = _mean_cost(costs, key)
+  return "—" if value is None else fmt.format(value)
+
+
+def cost_comparison(res: dict, method: str = "GRAFT", baseline: str = "GRPO n=32") -> str:
+  """The paper's cost comparison: ``method`` against ``baseline``, the pass@1 difference
+  (mean over models of the mean over seeds) at what fraction of the device-seconds."""
+  ours, base = res["cells"].get(method, {}), res["cells"].get(baseline, {})
+  common = [n for n in res["names"] if ours.get(n) and base.get(n)]
+  if not common:
+    return f"{method} against {baseline}: — (no cells of both)."
+  diff = np.mean([100 * (np.mean(ours[n]) - np.mean(base[n])) for n in common])
+  costs = res.get("costs", {})
+  a, b = _mean_cost(costs.get(method, []), "device_s"), _mean_cost(costs.get(baseline, []),
+                                                                   "device_s")
+  fraction = f"{a / b:.2f}×" if a is not None and b else "— (cells without cost)"
+  return (f"{method} against {baseline}: pass@1 {diff:+.2f} points at {fraction} its "
+          "cost in device-seconds.")
 
 
 BEGIN, END = "<!-- toy_benchmark: begin generated -->", "<!-- toy_benchmark: end generated -->"

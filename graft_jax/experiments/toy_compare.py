@@ -27,6 +27,7 @@ from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.rollout import JaxSamplerEngine, SamplingParams
 from graft_jax.toy import pair as toy_pair
 from graft_jax.config import run_config as config_lib
+from graft_jax.outputs import cost_totals
 from graft_jax.outputs.metrics_writer import read_jsonl
 from graft_jax.train.trainer import Trainer
 from graft_jax.train.validation import Validator
@@ -202,8 +203,9 @@ def run_method(cfg, pair, pair_cfg, *, eval_k: int, seed: int, num_train_problem
   models = {n: loaded[n] for n in names}  # the run's models, in the config's order
   trained = train(cfg, problems, models, validator(cfg, pair_cfg) if cfg.eval.every_steps else None)
   evals = evaluate_models(trained, pair_cfg, k=eval_k, seed=seed)
-  rows = curve(read_jsonl(pathlib.Path(cfg.workdir) / "metrics.jsonl"), names)
-  return {"evals": evals, "seconds": time.perf_counter() - t0,
+  records = read_jsonl(pathlib.Path(cfg.workdir) / "metrics.jsonl")
+  rows = curve(records, names)
+  return {"evals": evals, "seconds": time.perf_counter() - t0, "cost": cost_totals.summed(records),
           "complementarity_end": complementarity(evals, names),
           "curve": rows, "admission": admission(rows, names), "steps": cfg.total_steps}
 

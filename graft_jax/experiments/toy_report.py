@@ -31,7 +31,16 @@ def results_table(results: dict, baseline: str = "grpo", method: str = "graft",
     for g in groups:
       row += f"  {_pct(i['pass1'][g]):>8s} /{_pct(b['pass1'][g])} /{_pct(o['pass1'][g])}"
     lines.append(row)
+  lines.append("cost, both models: " + "; ".join(
+      f"{label} {cost_text(results['runs'][label].get('cost'))}" for label in (baseline, method)))
   return "\n".join(lines)
+
+
+def cost_text(cost) -> str:
+  """A run's summed cost (`graft_jax.outputs.cost_totals.summed`); — for a run without."""
+  if not cost or cost.get("device_s") is None:
+    return "—"
+  return f"{cost['device_s']:.0f} device-s, {cost.get('update_flops', 0.0):.2e} update FLOPs"
 
 
 def exchange_lines(results: dict, method: str = "graft") -> str:

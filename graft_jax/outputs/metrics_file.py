@@ -111,6 +111,10 @@ class MetricsFile:
     except OSError as e:
       raise storage.as_storage_error(e, self.path) or e
 
+  def last_row(self) -> dict[str, Any] | None:
+    """The last row kept from before (a resumed run's previous step), or None."""
+    return json.loads(self._lines[-1]) if self._lines else None
+
   def _open(self) -> None:
     created = not self.path.exists()
     self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from graft_jax.outputs import progress
+from graft_jax.outputs import cost_totals, progress
 from graft_jax.outputs.metrics_file import MetricsFile, read_jsonl  # read_jsonl: re-exported
 
 __all__ = ['MetricsWriter', 'flatten', 'read_jsonl', 'scalars', 'to_json_value']
@@ -73,11 +73,13 @@ class MetricsWriter:
     self.enabled = enabled
     self.path = pathlib.Path(workdir) / 'metrics.jsonl'
     self._file = self._tb = self._bar = self._wandb = None
+    self._previous = None  # the last row: the running cost totals go on from it
     if not enabled:
       return
     self.path.parent.mkdir(parents=True, exist_ok=True)
     # Rows of steps >= initial_step belong to an abandoned attempt: dropped, then rewritten.
     self._file = MetricsFile(self.path, first_step=initial_step)
+    self._previous = self._file.last_row()
     if tensorboard:
       import tensorboardX  # Deferred: it pulls in protobuf at import time.
       # purge_step: TensorBoard hides the abandoned attempt's events of steps >= initial_step.
@@ -90,9 +92,11 @@ class MetricsWriter:
       self._bar = progress.ProgressBar(total_steps, initial_step)
 
   def write(self, step: int, metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """Records one step; returns the flattened, JSON-ready record."""
+    """Records one step; returns the flattened, JSON-ready record, with the run's running
+    cost totals (`cost_totals.RUNNING`)."""
     record = {'step': int(step), 'time': time.time()}
     record.update({k: to_json_value(v) for k, v in flatten(metrics).items()})
+    self._previous = cost_totals.add_running_totals(record, self._previous)
     if not self.enabled:
       return record
     self._file.append(json.dumps(record, allow_nan=False) + '\n')  # flushed and fsynced

@@ -13,7 +13,7 @@ import numpy as np
 
 from graft_jax import core
 from graft_jax.models.logprobs import bucket_length
-from graft_jax.train import methods, old_logprobs, step_metrics, update
+from graft_jax.train import cost, methods, old_logprobs, step_metrics, update
 from graft_jax.train.collect import collect_all
 from graft_jax.train.update_rows import typed_batch
 
@@ -93,4 +93,5 @@ def train_step(cfg, policies: dict, problems, reward_fn, step: int, key, *,
     timings[f"{name}/update_s"] = time.perf_counter() - t0
     metrics[name].update(step_metrics.logp_mismatch(scored, updates),
                          old_logp_rows_scored=scored["old_logp_rows_scored"], update=updates)
+  metrics["cost"] = cost.step_cost(cfg, {n: policies[n] for n in rolls}, metrics)
   return metrics, rolls

@@ -13,6 +13,8 @@ ROW_COUNTS = ("silent_rows", "rows_run")
 # Read from every update, including one whose rows were all silent (it ran nothing).
 _EVERY_UPDATE = ("grad_norm",) + ROW_COUNTS
 _GAP = ("logp_mismatch_sum", "logp_mismatch_tokens", "logp_mismatch_max")
+# The rows the updates ran over: their tokens and squared lengths (graft_jax.train.cost).
+_SEQ = ("seq_tokens", "seq_tokens_sq_sum")
 
 
 def rollout_metrics(roll) -> dict:
@@ -43,8 +45,8 @@ def one_update(parts: list[dict]) -> dict:
 def update_metrics(per_update: list[list[dict]]) -> dict:
   """The updates of one step: the mean of each metric over the updates (fractions over
   those that ran a row), the row counts and the sampler gap's sums and max over all
-  of them, the own / grafted clip fractions pooled over their tokens, and
-  ``minibatch_updates``."""
+  of them, the own / grafted clip fractions pooled over their tokens, the tokens the
+  updates ran over (``seq_tokens``, ``seq_tokens_sq_sum``), and ``minibatch_updates``."""
   updates = [one_update(parts) for parts in per_update]
   ran = [m for m in updates if m["rows_run"] > 0]
   sums = {}
@@ -55,7 +57,7 @@ def update_metrics(per_update: list[list[dict]]) -> dict:
   out = {k: v / (len(updates) if summed_metric(k) or k == "grad_norm" else max(len(ran), 1))
          for k, v in sums.items() if not k.endswith(("_tokens", "_clipped", "_sum"))
          and k not in ROW_COUNTS and k not in _GAP}
-  out.update({k: sums[k] for k in ROW_COUNTS + _GAP[:2] if k in sums})
+  out.update({k: sums[k] for k in ROW_COUNTS + _GAP[:2] + _SEQ if k in sums})
   if any("logp_mismatch_max" in m for m in ran):
     out["logp_mismatch_max"] = max(m["logp_mismatch_max"] for m in ran if "logp_mismatch_max" in m)
   for side in ("own", "graft"):

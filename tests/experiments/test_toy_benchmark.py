@@ -213,3 +213,61 @@ def test_finished_cells_are_recorded_and_reused_from_the_record(tmp_path):
   tb.run_cells(cells, third, steps=3, eval_k=2, jobs=1, cell_argv=None, pair_key="k2",
                run_here=lambda c: run_here(c, third), record_dir=record)
   assert len(order) == len(cells)
+
+
+def test_cost_columns_and_the_grpo32_comparison():
+  cells = tb.plan_cells([0, 1], {"GRPO n=32": "grpo32", "GRAFT": "graft", "SGT": "sgt"})
+  cost = {("GRPO n=32", 0): 400.0, ("GRPO n=32", 1): 600.0, ("GRAFT", 0): 180.0,
+          ("GRAFT", 1): 220.0}
+  pass1 = {"GRPO n=32": [{"a": 0.30, "b": 0.50}, {"a": 0.40, "b": 0.60}],
+           "GRAFT": [{"a": 0.35, "b": 0.50}, {"a": 0.45, "b": 0.70}],
+           "SGT": [{"a": 0.30, "b": 0.40}, {"a": 0.30, "b": 0.40}]}
+  results = {}
+  for c in cells:
+    if c.label in pass1:
+      res = {"pass1": pass1[c.label][c.seed], "diagnostics": {}}
+      if (c.label, c.seed) in cost:  # SGT's cells predate the cost fields
+        d = cost[(c.label, c.seed)]
+        res["cost"] = {"device_s": d, "update_flops": 1e12 * d}
+      results[c.slug] = res
+  agg = tb.aggregate(cells, results, ["a", "b"], steps=5, eval_k=2)
+  text = tb.results_markdown(agg, "cmd")
+  rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines()
+          if line.startswith("| ") and " | " in line}
+  assert rows["GRPO n=32"].endswith("| 500 | 5.00e+14 |")
+  assert rows["GRAFT"].endswith("| 200 | 2.00e+14 |")
+  assert rows["SGT"].endswith("| — | — |")
+  # GRAFT - GRPO n=32: a 40 - 35 = +5, b 60 - 55 = +5 points; cost 200 / 500 = 0.40.
+  assert ("GRAFT against GRPO n=32: pass@1 +5.00 points at 0.40× its cost in "
+          "device-seconds.") in text
+  # A benchmark whose GRPO n=32 cells carry no cost shows the difference without a fraction.
+  bare = dict(agg, costs={})
+  assert "+5.00 points at — (cells without cost)" in tb.results_markdown(bare, "cmd")
+
+
+def test_run_key_ignores_added_fields_at_their_default(monkeypatch):
+  """Recorded cells keep their key when a field is added at the math they ran."""
+  pair = types.SimpleNamespace(key="abc")
+  base = tb.run_key(pair)
+  real = tb.config_lib.to_dict
+
+  def without(cfg):
+    out = real(cfg)
+    for field in tb.ADDED_FIELDS:
+      section, name = field.split(".")
+      out.get(section, {}).pop(name, None)
+    return out
+
+  monkeypatch.setattr(tb.config_lib, "to_dict", without)
+  assert tb.run_key(pair) == base
+  monkeypatch.undo()
+  real_load = tb.config_lib.load_config
+
+  def load(spec):
+    cd = real_load(spec)
+    with cd.unlocked():
+      tb.config_lib.config_load.set_field(cd, "sgt.prompts", "graft_selected")
+    return cd
+
+  monkeypatch.setattr(tb.config_lib, "load_config", load)
+  assert tb.run_key(pair) != base

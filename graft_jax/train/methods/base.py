@@ -49,6 +49,13 @@ def whole_minibatch_mean(mean, count, total):
   return mean * jnp.maximum(count, 1.0) / jnp.maximum(total, 1.0)
 
 
+def sequence_counts(attn_BxT) -> dict:
+  """The micro-batch's row lengths L_b (prompt and response) as the sum and the sum of
+  squares: what the update's forward and backward ran over (`graft_jax.train.cost`)."""
+  len_B = attn_BxT.astype(jnp.float32).sum(axis=1)
+  return {"seq_tokens": len_B.sum(), "seq_tokens_sq_sum": (len_B * len_B).sum()}
+
+
 def sampler_gap(old_logp_BxT, sampler_logp_BxT, own_BxT) -> dict:
   """|old-policy - sampler| log-prob over the ``own_BxT`` tokens: the sum and count a
   mean is pooled from over micro-batches and minibatches, and the max."""
@@ -93,7 +100,7 @@ class ClippedTokenLoss:
         "clip_frac_low": aux["clip_frac_low"], "clip_frac_high": aux["clip_frac_high"],
         "own_tokens": (tokens_B * (1 - graft_B)).sum(), "graft_tokens": (tokens_B * graft_B).sum(),
         "own_clipped": (clipped_B * (1 - graft_B)).sum(),
-        "graft_clipped": (clipped_B * graft_B).sum(), **gap,
+        "graft_clipped": (clipped_B * graft_B).sum(), **gap, **sequence_counts(batch.attn),
     }
     if self.sgt_coef:
       nll, count = core.sgt_nll(logp_BxT, mask_BxT, batch.sgt, coef=self.sgt_coef)

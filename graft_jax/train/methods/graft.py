@@ -115,6 +115,28 @@ def _chosen_sources(recv_roll, peers: dict, n: int) -> list:
   return [names[s - 1] if s > 0 else None for s in source_G]
 
 
+def selected_sources(rolls: dict, n: int, *, balance: bool) -> dict:
+  """GRAFT's selected prompts: per receiver, its source per prompt (a peer name, or None
+  where it keeps its own group), by the K-model exchange rule
+  (``core.select_exchange_k``): the receiver failed all n samples, the source's group
+  is mixed, and, with ``balance``, the prompt survives the per-pair balancing. The
+  compatibility gate is not part of it: it weighs the chosen group's responses."""
+  names = list(rolls)
+  source_MxG = np.asarray(core.select_exchange_k(
+      np.stack([rolls[name].k_G for name in names]), n, balance=balance))
+  return {names[r]: [names[s] if s >= 0 else None for s in source_MxG[r]]
+          for r in range(len(names))}
+
+
+def graft_selected(rolls: dict, peers: dict, cfg) -> dict:
+  """``{receiver: selected_G}`` (bool): the prompts `selected_sources` picks under
+  ``cfg.graft.balance``, for a baseline's update restricted to GRAFT's prompts."""
+  if not peers:
+    return {}
+  sources = selected_sources(rolls, cfg.n, balance=cfg.graft.balance)
+  return {name: np.array([s is not None for s in sources[name]], bool) for name in peers}
+
+
 class Graft(Method):
   name = "graft"
 
@@ -122,12 +144,7 @@ class Graft(Method):
     """Each receiver's source per prompt (a peer name or None): the K-model rule."""
     if not peers:
       return {}
-    names = list(rolls)
-    source_MxG = np.asarray(core.select_exchange_k(
-        np.stack([rolls[name].k_G for name in names]), self.cfg.n,
-        balance=self.cfg.graft.balance))
-    return {names[r]: [names[s] if s >= 0 else None for s in source_MxG[r]]
-            for r in range(len(names))}
+    return selected_sources(rolls, self.cfg.n, balance=self.cfg.graft.balance)
 
   def build_rows(self, policies, rolls, peers, key):
     receives = self.receives(rolls, peers)

@@ -4,6 +4,17 @@ The peer's rewards enter the receiver's baseline weighted by the capability
 ratio P_learner / P_source (``graft_jax.train.capability``, carried across
 steps and checkpointed); the loss is HACPO's sequence-level one with a KL to
 the initial parameters.
+
+``hacpo.prompts``: ``'all'`` (HACPO as published: every prompt pools both
+groups, whether or not the receiver already has a signal) or
+``'graft_selected'``: only GRAFT's selected prompts
+(`graft.selected_sources`: the receiver failed all n, the peer's group is
+mixed, and the prompt survives GRAFT's balancing under ``graft.balance``) pool
+the peer's group; every other prompt keeps the receiver's own group alone,
+with HACPO's advantages over it (a GRPO group with the ddof-1 std) and HACPO's
+loss. The second is the paper's control "HACPO's update on GRAFT's selected
+prompts" (arXiv 2609.37868). The gate is not part of the selection: it weighs
+responses inside GRAFT's update, not which prompts it chose.
 """
 
 from __future__ import annotations
@@ -18,7 +29,9 @@ from flax import nnx
 
 from graft_jax import core
 from graft_jax.train.capability import CapabilityTracker
-from graft_jax.train.methods.base import Method, only_peer, per_receiver, whole_minibatch_mean
+from graft_jax.train.methods.base import (Method, only_peer, per_receiver, sequence_counts,
+                                          whole_minibatch_mean)
+from graft_jax.train.methods.graft import graft_selected
 from graft_jax.train.old_logprobs import score_rollout
 from graft_jax.train.peer_rows import add_own_group, pair_stats, score_peer_rows
 from graft_jax.train.scoring import score_rows
@@ -61,7 +74,8 @@ class HacpoLoss:
         cross_clip_step=self.cross_step)
     kl = core.low_var_kl(logp_BxT, batch.ref_logp, mask_BxT)
     loss, kl = (whole_minibatch_mean(x, aux["row_count"], totals["num_rows"]) for x in (loss, kl))
-    return loss + self.kl_coef * kl, {"pg_loss": loss, "kl_ref": kl, **aux}
+    return loss + self.kl_coef * kl, {"pg_loss": loss, "kl_ref": kl, **aux,
+                                      **sequence_counts(batch.attn)}
 
   def has_signal(self, batch: HacpoBatch) -> np.ndarray:
     """Every row: the KL to the reference moves whatever the advantage."""
@@ -75,18 +89,26 @@ class HacpoLoss:
     return (np.asarray(batch.resp_mask).sum(axis=1) > 0).astype(np.float32)
 
 
-def hacpo_rows(recv_policy, recv_roll, src_roll, cap_ratio: float, cfg):
-  """The receiver's n and the peer's n responses of every prompt, with HACPO's
+def hacpo_rows(recv_policy, recv_roll, src_roll, cap_ratio: float, cfg, selected_G=None):
+  """The receiver's n and the peer's n responses of every prompt (given ``selected_G``,
+  the peer's only where selected; its n slots stay empty elsewhere), with HACPO's
   capability-weighted advantages; returns ``(Rows, ExchangeStats)``."""
   g, n = recv_roll.rewards_GxN.shape
-  all_rows = list(range(g * n))
+  pooled_G = np.ones(g, bool) if selected_G is None else np.asarray(selected_G, bool)
+  offered = [q * n + j for q in np.flatnonzero(pooled_G) for j in range(n)]
   length_cap = cfg.max_prompt_len + cfg.max_response_len
-  ids, empty, old, _ = score_peer_rows(recv_policy, recv_roll, src_roll, all_rows,
-                                      temperature=cfg.rollout.temperature, length_cap=length_cap)
+  got, empty, got_old, _ = score_peer_rows(recv_policy, recv_roll, src_roll, offered,
+                                           temperature=cfg.rollout.temperature,
+                                           length_cap=length_cap)
+  ids, old = [[]] * (g * n), [None] * (g * n)
+  for i, b in enumerate(offered):
+    ids[b], old[b] = got[i], got_old[i]
   r_GxK = np.concatenate([recv_roll.rewards_GxN, src_roll.rewards_GxN], axis=1)
   is_self_GxK = np.concatenate([np.ones((g, n), bool), np.zeros((g, n), bool)], axis=1)
   cap_GxK = np.where(is_self_GxK, 1.0, cap_ratio).astype(np.float32)
-  adv_GxK, _ = core.hacpo_advantages(r_GxK, is_self_GxK, cap_GxK, scale_by_std=cfg.scale_by_std)
+  mask_GxK = is_self_GxK | pooled_G[:, None]
+  adv_GxK, _ = core.hacpo_advantages(r_GxK, is_self_GxK, cap_GxK, scale_by_std=cfg.scale_by_std,
+                                     mask_GxK=mask_GxK)
   adv_GxK = np.asarray(adv_GxK)
   src_mean = src_roll.old_mean_logp_B
   rows = Rows()
@@ -96,14 +118,16 @@ def hacpo_rows(recv_policy, recv_roll, src_roll, cap_ratio: float, cfg):
       b = q * n + j
       finite = np.isfinite(src_mean[b]) and len(ids[b]) > 0
       rows.add(recv_roll.prompt_ids[q], ids[b], q, adv=adv_GxK[q, n + j], keep=finite,
-               grafted=True, is_self=False, src_mean_logp=src_mean[b] if finite else 0.0,
-               cap_ratio=cap_ratio, old_logp=old[b])
+               grafted=bool(pooled_G[q]), is_self=False,
+               src_mean_logp=src_mean[b] if finite else 0.0, cap_ratio=cap_ratio, old_logp=old[b])
   # The KL's reference: the receiver's initial parameters.
   ref = nnx.merge(recv_policy.graphdef, recv_policy.ref_params)
   rows.ref_logp = score_rows(ref, rows.prompt_ids, rows.response_ids, recv_policy.pad_id,
                              temperature=cfg.rollout.temperature, length_cap=length_cap)
-  stats = dataclasses.replace(pair_stats(recv_roll, src_roll), peer_offered=g * n,
+  stats = dataclasses.replace(pair_stats(recv_roll, src_roll), peer_offered=len(offered),
                               dropped_empty=empty, cap_ratio=cap_ratio)
+  if selected_G is not None:
+    stats.grafted_groups = int(pooled_G.sum())
   return rows, stats
 
 
@@ -129,15 +153,23 @@ class Hacpo(Method):
     if self.capability is None:
       self.start(list(rolls), None)
     self.capability.update({name: roll.rewards_GxN for name, roll in rolls.items()})
+    selected = (graft_selected(rolls, peers, self.cfg)
+                if self.cfg.hacpo.prompts == "graft_selected" else {})
     return per_receiver(rolls, peers, lambda i, name, srcs: hacpo_rows(
         policies[name], rolls[name], only_peer(srcs),
-        self.capability.ratio(only_peer(srcs).name, name), self.cfg))
+        self.capability.ratio(only_peer(srcs).name, name), self.cfg, selected.get(name)))
 
   @property
   def loss_fn(self):
     h = self.cfg.hacpo
     return HacpoLoss(temperature=self.cfg.rollout.temperature, self_clip=tuple(h.self_clip),
                      cross_clip=h.cross_clip, cross_step=h.cross_clip_step, kl_coef=h.kl_coef)
+
+  def order(self):
+    """HACPO has no peer-last order: its minibatches are a random permutation of the
+    groups. With every group pooled (``prompts='all'``) ``'peer_last'`` gives the same
+    permutation; on GRAFT's prompts only, it would carry GRAFT's order over."""
+    return "uniform"
 
   def num_minibatches(self, g):
     return max(1, g // min(self.cfg.hacpo.minibatch_prompts, g))
