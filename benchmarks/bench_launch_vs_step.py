@@ -60,7 +60,7 @@ def launch_run(folder, data, cfg, steps, workdir):
       "max_prompt_len": cfg.max_prompt_len, "max_response_len": cfg.max_response_len,
       "dtype": "float32", "optimizer.lr": cfg.optimizer.lr, "skip_silent_rows": False,
       "eval.every_steps": 0, "checkpoint.every_steps": 0, "reward.kind": "math_verify",
-      "compile_cache_dir": str(pathlib.Path(workdir, "xla_cache")),
+      "perf.compile_cache_dir": str(pathlib.Path(workdir, "xla_cache")),
       "workdir": workdir}
   cmd = [sys.executable, str(ROOT / "launch/train.py"), "--config=configs/base.py:grpo"]
   cmd += [f"--config.{k}={v}" for k, v in flags.items()]

@@ -89,14 +89,15 @@ def grpo_config(max_prompt_len: int, *, new_tokens: int = 64, prompts: int = 16,
   (rows x padded length): one optimizer step either way.
   Every row runs (``skip_silent_rows`` off): the random model earns no reward, so
   every group is silent and skipping would leave no update to compare with TRL's.
-  ``micro_batch_tokens`` and ``sampler_streams`` are the config's ``micro_batch_tokens``
-  and ``rollout.streams`` (0: the backend's choice, as in a training run).
+  ``micro_batch_tokens`` and ``sampler_streams`` are the config's
+  ``perf.micro_batch_tokens`` and ``perf.sampler_streams`` (0: the backend's choice, as
+  in a training run).
   """
   return config_lib.from_config_dict(dict(
       method="grpo", prompts_per_step=prompts, n=n, num_minibatches=1, ppo_epochs=1,
       max_prompt_len=max_prompt_len, max_response_len=new_tokens, dtype="float32",
-      micro_batch_tokens=micro_batch_tokens, skip_silent_rows=skip_silent_rows,
-      rollout=dict(streams=sampler_streams),
+      skip_silent_rows=skip_silent_rows,
+      perf=dict(micro_batch_tokens=micro_batch_tokens, sampler_streams=sampler_streams),
       optimizer=dict(lr=1e-6),
       data=dict(prompt_suffix=SUFFIX)))
 
@@ -117,7 +118,7 @@ class JaxSide:
     cfg = grpo_config(longest, **kw)
     model, _ = load_hf(folder)
     return cls(cfg, make_policy("jax", model, tok, cfg.optimizer, SUFFIX,
-                                  sampler_streams=cfg.rollout.streams), problems)
+                                  sampler_streams=cfg.perf.sampler_streams), problems)
 
   def step(self, index: int) -> dict:
     """Step ``index`` on problems [index * G, (index + 1) * G): seconds per phase."""
@@ -151,13 +152,13 @@ class JaxSide:
 
   def update_program(self, micro: bool):
     """(the compiled gradient program of one minibatch, its arguments): every row in
-    one micro-batch, or micro-batches of the run's budget (``micro_batch_tokens``)."""
+    one micro-batch, or micro-batches of the run's budget (``perf.micro_batch_tokens``)."""
     from graft_jax.train import length_packing
     from graft_jax.train.update import micro_batch_budget, update_program
 
     p, (batch, loss) = self.policy, self.update_batch()
     b, length = batch.ids.shape
-    budget = micro_batch_budget(self.cfg.micro_batch_tokens) if micro else 0
+    budget = micro_batch_budget(self.cfg.perf.micro_batch_tokens) if micro else 0
     rows = min(max(1, budget // length), b) if budget else b
     slots = -(-b // rows)
     (grads, _), _ = update_program(p.graphdef, p.params, p.tx, loss, rows=rows, length=length,

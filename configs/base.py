@@ -106,11 +106,8 @@ def pair_config(arg, *, pair, model_a, model_b):
   # 32 GiB per call.
   # launch/plan.py prints what this takes per device (docs/configs.md).
   c.mesh.update(dict(data=1, fsdp=-1, tensor=1))
-  c.micro_batch_tokens = 6144
-  c.remat = 'full'
-  c.scan_layers = True
-  c.attention_impl = 'auto'
-  c.rollout.max_kv_bytes = 32 * 2**30
+  c.perf.update(dict(micro_batch_tokens=6144, remat='full', scan_layers=True,
+                     attention_impl='auto', sampler_max_kv_bytes=32 * 2**30))
   if c.engine == 'vllm':
     four_gpu_placement(c)
   c.lock()

@@ -9,7 +9,7 @@ T=0.6, top-p 0.95, k=8 samples, pass@1 averaged over the five benchmarks.
 
 import ml_collections
 
-from graft_jax.config.run_config import TrainConfig
+from graft_jax.config.run_config import PerfConfig
 
 DEFAULT_ROOT = "data/benchmarks"
 FILES = {
@@ -37,5 +37,5 @@ def get_config(root: str | None = None) -> ml_collections.ConfigDict:
   config.skip_malformed = False
   config.limit = 0                 # problems per benchmark; 0 = all
   config.output = "eval_results.json"
-  config.compile_cache_dir = TrainConfig.compile_cache_dir  # graft_jax.compile_cache; "" = off
+  config.compile_cache_dir = PerfConfig.compile_cache_dir  # graft_jax.compile_cache; "" = off
   return ml_collections.ConfigDict(config, type_safe=True)

@@ -40,7 +40,7 @@ def get_config(arg=None):
   # all-pass groups (about two thirds of GRPO's) then run no forward or backward
   # pass (skip_silent_rows), and the smaller working set is faster on a CPU
   # (BENCHMARKS.md: toy main job).
-  c.micro_batch_tokens = 1536
+  c.perf.micro_batch_tokens = 1536
   # Tiny models need a far larger step than 1e-6. At 2e-4, toy_b's GRPO did not
   # learn (training reward flat at 0.3, KL per update 10-100x toy_a's; its
   # held-out pass@1 29.0 -> 29.9 over three seeds) while at 1e-4 it rose to 38

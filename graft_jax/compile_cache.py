@@ -13,7 +13,7 @@ capture, so the folder is split by a tag of the processor, its feature flags,
 jaxlib and ``XLA_FLAGS``: a home directory shared by different machines never
 hands one of them another's CPU code.
 
-``TrainConfig.compile_cache_dir`` sets the folder (``~/.cache/graft_jax/xla``;
+``TrainConfig.perf.compile_cache_dir`` sets the folder (``~/.cache/graft_jax/xla``;
 '' turns the cache off), as does ``compile_cache_dir`` in
 ``configs/benchmarks.py`` for ``launch/eval.py``; `enable` applies it to the
 process. The trainer enables it before any model loads

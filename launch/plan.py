@@ -1,7 +1,7 @@
 """What a run config needs per device and how long its steps take, before any weights exist.
 
   .venv/bin/python launch/plan.py --config=configs/pair_smollm3_qwen3.py --devices=4 \
-      --device-memory-gb=141 [--config.micro_batch_tokens=...]
+      --device-memory-gb=141 [--config.perf.micro_batch_tokens=...]
 
 Memory (graft_jax.plan.run): each model's update programs, traced for
 ``--platform`` (default gpu: no CPU-only code) with abstract parameters, compiled by

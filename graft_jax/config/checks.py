@@ -34,9 +34,6 @@ _ENUMS = {
     'graft.ratio_level': ('token', 'sequence'),
     'sgt.prompts': ('own_failures', 'graft_selected'),
     'hacpo.prompts': ('all', 'graft_selected'),
-    'remat': ('none', 'full', 'dots_saveable', 'dots_no_batch'),
-    'attention_impl': ('auto', 'dense', 'blocked', 'cudnn', 'splash'),
-    'decode_attention': ('auto', 'xla', 'kernel'),
     'vllm.dtype': ('bfloat16', 'float16', 'float32', 'auto'),
     'vllm.weight_sync': ('auto', 'reload', 'nccl', 'ipc'),
     'rollout.concurrent': ('auto', 'on', 'off'),
@@ -68,8 +65,11 @@ class PathError(FileNotFoundError):
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
-  """`` (did you mean 'x'?)`` for the closest of ``known``, or ``''``."""
-  close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+  """`` (did you mean 'x'?)`` for the closest of ``known``, or ``''``; a field's old
+  dotted name (``MOVED``) suggests its new one."""
+  known = list(known)
+  moved = MOVED.get(name)
+  close = [moved] if moved in known else difflib.get_close_matches(name, known, n=1, cutoff=0.6)
   return f' (did you mean {close[0]!r}?)' if close else ''
 
 
@@ -83,9 +83,19 @@ def _fmt(x: float) -> str:
   return f'{x:g}' if isinstance(x, float) else str(x)
 
 
-def _check_range(cfg, field, lo=None, hi=None, lo_open=False, hi_open=False):
-  """Raises unless lo <= value <= hi (strict where *_open)."""
-  x = _get(cfg, field)
+def check_choice(field: str, value: Any, allowed: Sequence[str]) -> None:
+  """Raises unless ``value`` is one of ``allowed``, suggesting the closest."""
+  if value not in allowed:
+    raise ConfigError(f'{field} must be one of {", ".join(allowed)}, '
+                      f'got {value!r}{did_you_mean(str(value), allowed)}', field=field)
+
+
+def _check_range(cfg, field, **bounds):
+  check_range(field, _get(cfg, field), **bounds)
+
+
+def check_range(field: str, x: float, lo=None, hi=None, lo_open=False, hi_open=False) -> None:
+  """Raises unless lo <= x <= hi (strict where *_open)."""
   bad = not math.isfinite(x)
   if lo is not None:
     bad |= x <= lo if lo_open else x < lo
@@ -119,17 +129,13 @@ def policy_fields(cfg: Any) -> list[tuple[str, Any]]:
 def validate(cfg: Any) -> None:
   """Raises `ConfigError` on the first impossible value or combination."""
   for field, allowed in _ENUMS.items():
-    value = _get(cfg, field)
-    if value not in allowed:
-      raise ConfigError(f'{field} must be one of {", ".join(allowed)}, '
-                        f'got {value!r}{did_you_mean(str(value), allowed)}',
-                        field=field)
+    check_choice(field, _get(cfg, field), allowed)
+  _check_perf(cfg)
   _check_models(cfg)
   _check_batching(cfg)
   _check_optimization(cfg)
   _check_methods(cfg)
   _check_io(cfg)
-  _check_decode_kernel(cfg)
   from graft_jax.config import placement as config_placement  # pylint: disable=import-outside-toplevel
   config_placement.validate(cfg)
 
@@ -188,10 +194,6 @@ def _check_batching(cfg) -> None:
     cfg.mesh.check()
   except MeshAxisError as e:
     raise ConfigError(str(e), field=f'mesh.{e.axis}' if e.axis else 'mesh') from None
-  _check_range(cfg, 'micro_batch_tokens', lo=0)
-  _check_range(cfg, 'attention_block', lo=1)
-  _check_range(cfg, 'rollout.max_kv_bytes', lo=0)
-  _check_range(cfg, 'rollout.streams', lo=0)
   if cfg.data.source == 'synthetic':
     if not cfg.data.synthetic.families:
       raise ConfigError('data.synthetic.families must not be empty')
@@ -272,20 +274,27 @@ def _check_io(cfg) -> None:
                       field='logging.wandb')
 
 
+# Performance and memory (cfg.perf): its own values are `PerfConfig.check`'s; what
+# a setting needs of the rest of the config is checked here.
+def _check_perf(cfg) -> None:
+  cfg.perf.check()
+  _check_decode_kernel(cfg)
+
+
 def _check_decode_kernel(cfg) -> None:
-  """decode_attention='kernel' asks for the CPU kernel: it needs f32 compute and a
+  """perf.decode_attention='kernel' asks for the CPU kernel: it needs f32 compute and a
   host that can build it (the build itself runs at the sampler's first trace)."""
-  if cfg.decode_attention != 'kernel' or cfg.engine != 'jax':
+  if cfg.perf.decode_attention != 'kernel' or cfg.engine != 'jax':
     return
   if cfg.dtype != 'float32':
-    raise ConfigError(f"decode_attention='kernel' takes dtype=float32 (the CPU kernel is "
-                      f"f32 only), got dtype={cfg.dtype!r}; 'auto' uses it where it applies",
-                      field='decode_attention')
+    raise ConfigError(f"perf.decode_attention='kernel' takes dtype=float32 (the CPU kernel "
+                      f"is f32 only), got dtype={cfg.dtype!r}; 'auto' uses it where it applies",
+                      field='perf.decode_attention')
   from graft_jax.backends.cpu import decode_kernel  # pylint: disable=import-outside-toplevel
   reason = decode_kernel.host_reason()
   if reason is not None:
-    raise ConfigError(f"decode_attention='kernel', but the CPU decode kernel {reason}; "
-                      f"'auto' falls back to XLA's", field='decode_attention')
+    raise ConfigError(f"perf.decode_attention='kernel', but the CPU decode kernel {reason}; "
+                      f"'auto' falls back to XLA's", field='perf.decode_attention')
 
 
 _CUDA_PLUGINS = ('jax_cuda12_plugin', 'jax_cuda13_plugin')
@@ -312,9 +321,8 @@ def _check_weight_sync(sync: str, environ: Mapping[str, str] = os.environ) -> No
 # Fields a resumed run may not change: they define the models, the data, the
 # sampling or the objective, so a checkpoint taken under other values belongs to
 # another experiment. A name covers its sub-fields ('graft' is every graft.*).
-# Everything else (workdir, steps, logging, eval, checkpoints, mesh, memory and
-# attention settings, the engine, vLLM and start-up settings) may change; it is
-# logged.
+# Everything else (workdir, steps, logging, eval, checkpoints, mesh, perf, the
+# engine, vLLM and start-up settings) may change; it is logged.
 RESUME_LOCKED = (
     'method', 'seed', 'model_a', 'model_b', 'models', 'data', 'prompts_per_step', 'n',
     'num_minibatches', 'ppo_epochs', 'max_prompt_len', 'max_response_len',
@@ -322,9 +330,19 @@ RESUME_LOCKED = (
     'old_logp_source', 'graft', 'hacpo', 'sgt', 'replay', 'reward.kind')
 
 # Fields that decide how the checkpoint stores the parameters and optimizer
-# state (scan_layers: the blocks stacked on a layer axis, or one entry per layer).
-# They leave the math alone, but a checkpoint restores only into its own layout.
-RESUME_LAYOUT = ('scan_layers',)
+# state (perf.scan_layers: the blocks stacked on a layer axis, or one entry per
+# layer). They leave the math alone, but a checkpoint restores only into its own
+# layout.
+RESUME_LAYOUT = ('perf.scan_layers',)
+
+# Fields that moved: the dotted name a config.json of older code stores (and an
+# override may still use) -> the field's name now.
+MOVED = {
+    **{f: f'perf.{f}' for f in ('micro_batch_tokens', 'remat', 'scan_layers', 'attention_impl',
+                                'attention_block', 'decode_attention', 'compile_cache_dir')},
+    'rollout.max_kv_bytes': 'perf.sampler_max_kv_bytes',
+    'rollout.streams': 'perf.sampler_streams',
+}
 
 
 def resume_locked(field: str) -> bool:
@@ -337,14 +355,16 @@ def check_resume(stored: Mapping[str, Any], current: Mapping[str, Any], *,
 
   Both are nested plain dicts (``dataclasses.asdict`` / JSON). Returns the
   ``(field, stored value, current value)`` differences a resume may carry
-  (None where the field is missing on one side: configs written by older code).
+  (None where the field is missing on one side: configs written by older code,
+  whose fields that have since moved (``MOVED``) are read under their new names).
 
   Raises:
     ConfigError: naming the first field of ``RESUME_LOCKED`` or ``RESUME_LAYOUT``
       that differs and both values; ``where`` names the stored config's file.
   """
   from graft_jax.config.load import flatten  # pylint: disable=import-outside-toplevel
-  old, new = flatten(stored), flatten(current)
+  old = {MOVED.get(k, k): v for k, v in flatten(stored).items()}
+  new = flatten(current)
   allowed = []
   for field in sorted(old.keys() | new.keys()):
     a, b = old.get(field), new.get(field)

@@ -72,12 +72,6 @@ class RolloutConfig:
   temperature: float = 1.0
   top_p: float = 1.0
   top_k: int = 0  # 0 disables top-k
-  # JAX sampler: bytes its KV cache may take per call; prompts decode in chunks that
-  # fit (graft_jax.rollout.jax_engine). 0 = every prompt at once.
-  max_kv_bytes: int = 0
-  # JAX sampler: up to this many calls side by side, each from its own thread
-  # (graft_jax.rollout.jax_engine). 0 = the engine's default: 4 on a CPU, else 1.
-  streams: int = 0
   # Whether the models sample side by side, each from its own thread
   # (graft_jax.train.collect.collect_all): 'auto' = when every engine runs out of
   # process (vLLM) under one trainer process, 'on' = the same but stop the run where
@@ -245,6 +239,58 @@ class VllmConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class PerfConfig:
+  """Memory and speed (graft_jax.train.update, graft_jax.models.decoder, the JAX
+  sampler; launch/plan.py says which settings fit a device). None of them changes the
+  objective, so a resumed run may change any but ``scan_layers``, which decides how
+  the checkpoint stores the parameters."""
+  # Tokens (rows x padded length) per device per gradient micro-batch; 0 = the
+  # backend's choice (update.micro_batch_budget).
+  micro_batch_tokens: int = 0
+  remat: str = 'none'  # per decoder block: 'none' | 'full' | 'dots_saveable' | 'dots_no_batch'
+  scan_layers: bool = False  # one compiled block under jax.lax.scan (flat compile time)
+  # Forward / prefill attention (graft_jax.models.attention): 'auto' is cuDNN's flash
+  # kernel on GPUs (bf16 / fp16), splash attention on TPUs, and on CPUs 'dense' (the
+  # T x T scores) up to one block and 'blocked' (one block of scores at a time) beyond;
+  # or one of 'dense' | 'blocked' | 'cudnn' | 'splash' by name. The run logs its choice.
+  attention_impl: str = 'auto'
+  attention_block: int = 512  # positions per query / key block of 'blocked'
+  # The JAX sampler's decode-step attention over the KV cache: 'auto' runs the
+  # hand-written CPU kernel (graft_jax.backends.cpu.decode_kernel: AVX-512 or AVX2, f32, built
+  # with the host's g++ at first use) where it applies and XLA's elsewhere (GPUs,
+  # a sampler sharded over several devices); 'xla'; 'kernel' (an error where it
+  # cannot run).
+  decode_attention: str = 'auto'
+  # JAX sampler: bytes its KV cache may take per call; prompts decode in chunks that
+  # fit (graft_jax.rollout.jax_engine). 0 = every prompt at once.
+  sampler_max_kv_bytes: int = 0
+  # JAX sampler: up to this many calls side by side, each from its own thread
+  # (graft_jax.rollout.jax_engine). 0 = the engine's default: 4 on a CPU, else 1.
+  sampler_streams: int = 0
+  # XLA's persistent compilation cache (graft_jax.compile_cache): compiled programs
+  # are kept here, per machine, for later processes; '' = off.
+  compile_cache_dir: str = '~/.cache/graft_jax/xla'
+
+  def check(self) -> None:
+    """Raises `ConfigError` naming ``perf.<field>`` on a value no run can use; what a
+    setting needs of the rest of the config (decode_attention='kernel' and the dtype)
+    is checked with the whole config (`config_checks.validate`)."""
+    for field, allowed in _PERF_CHOICES.items():
+      config_checks.check_choice(f'perf.{field}', getattr(self, field), allowed)
+    for field, lo in _PERF_MINIMUMS.items():
+      config_checks.check_range(f'perf.{field}', getattr(self, field), lo=lo)
+
+
+_PERF_CHOICES = {
+    'remat': ('none', 'full', 'dots_saveable', 'dots_no_batch'),
+    'attention_impl': ('auto', 'dense', 'blocked', 'cudnn', 'splash'),
+    'decode_attention': ('auto', 'xla', 'kernel'),
+}
+_PERF_MINIMUMS = {'micro_batch_tokens': 0, 'attention_block': 1, 'sampler_max_kv_bytes': 0,
+                  'sampler_streams': 0}
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainConfig:
   """Everything one run needs; defaults are the paper's (arXiv 2609.37868)."""
   method: str = 'graft'  # 'graft' | 'grpo' | 'hacpo' | 'sgt' | 'replay'
@@ -289,32 +335,12 @@ class TrainConfig:
   # its share of each (XLA_PYTHON_CLIENT_MEM_FRACTION; 0 = what the servers leave).
   jax_devices: tuple[int, ...] = ()
   xla_mem_fraction: float = 0.0
-  # XLA's persistent compilation cache (graft_jax.compile_cache): compiled programs
-  # are kept here, per machine, for later processes; '' = off.
-  compile_cache_dir: str = '~/.cache/graft_jax/xla'
-  # Memory and speed (graft_jax.train.update, graft_jax.models.decoder; launch/plan.py
-  # says which settings fit a device). Tokens (rows x padded length) per device per
-  # gradient micro-batch; 0 = the backend's choice (update.micro_batch_budget).
-  micro_batch_tokens: int = 0
   # Leave out of the update the rows whose loss terms are all zero (w A = 0, not SGT:
   # all-fail and all-pass groups, rows the gate weighted to 0), and their old
   # log-probs. The gradient is the same; the ratio / KL / clip fractions are then over
   # the rows that ran (Method.has_signal). False: every row runs.
   skip_silent_rows: bool = True
-  remat: str = 'none'  # per decoder block: 'none' | 'full' | 'dots_saveable' | 'dots_no_batch'
-  scan_layers: bool = False  # one compiled block under jax.lax.scan (flat compile time)
-  # Forward / prefill attention (graft_jax.models.attention): 'auto' is cuDNN's flash
-  # kernel on GPUs (bf16 / fp16), splash attention on TPUs, and on CPUs 'dense' (the
-  # T x T scores) up to one block and 'blocked' (one block of scores at a time) beyond;
-  # or one of 'dense' | 'blocked' | 'cudnn' | 'splash' by name. The run logs its choice.
-  attention_impl: str = 'auto'
-  attention_block: int = 512  # positions per query / key block of 'blocked'
-  # The JAX sampler's decode-step attention over the KV cache: 'auto' runs the
-  # hand-written CPU kernel (graft_jax.backends.cpu.decode_kernel: AVX-512 or AVX2, f32, built
-  # with the host's g++ at first use) where it applies and XLA's elsewhere (GPUs,
-  # a sampler sharded over several devices); 'xla'; 'kernel' (an error where it
-  # cannot run).
-  decode_attention: str = 'auto'
+  perf: PerfConfig = PerfConfig()  # memory and speed; none changes the objective
 
   @property
   def checkpoint_dir(self) -> str:

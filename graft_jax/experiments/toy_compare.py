@@ -234,7 +234,7 @@ def run_comparison(cfgs: dict, pair, pair_cfg, *, eval_k: int = 2, seed: int = 0
   start = time.perf_counter()
   # The runs share most programs (the pair's samplers and scorers, each method's
   # update): one process compiles a program, the others load it from the cache.
-  cache_dir = next(iter(cfgs.values())).compile_cache_dir if cfgs else ""
+  cache_dir = next(iter(cfgs.values())).perf.compile_cache_dir if cfgs else ""
   compile_cache.enable(cache_dir)
   kw = dict(eval_k=eval_k, seed=seed)
   tasks = {label: (run_method, (cfg, pair, pair_cfg), dict(kw, num_train_problems=num_train_problems))

@@ -125,17 +125,17 @@ def format_servers(servers) -> str:
 
 
 def sampler_kv_bytes(cfg, model_cfg, row_shards: int = 1) -> tuple[int, bool]:
-  """(KV bytes of one JAX-sampler call of a step's rollouts under ``rollout.max_kv_bytes``,
-  whether one prompt fits that budget at all); 0 with the vLLM engine, whose share
-  ``--reserve-fraction`` keeps free. Per device: the sampler splits its rows, and so
-  its cache, over the mesh's batch axes (``kv_budget.call_plan``)."""
+  """(KV bytes of one JAX-sampler call of a step's rollouts under
+  ``perf.sampler_max_kv_bytes``, whether one prompt fits that budget at all); 0 with the
+  vLLM engine, whose share ``--reserve-fraction`` keeps free. Per device: the sampler
+  splits its rows, and so its cache, over the mesh's batch axes (``kv_budget.call_plan``)."""
   if cfg.engine != "jax":
     return 0, True
   slots = bucket(cfg.max_prompt_len, 16) + bucket(cfg.max_response_len, 16)
   per_prompt = kv_bytes_per_prompt(model_cfg, n=cfg.n, slots=slots,
                                    itemsize=jnp.dtype(cfg.dtype).itemsize)
   try:
-    _, chunk = call_plan(cfg.prompts_per_step, per_prompt, cfg.rollout.max_kv_bytes,
+    _, chunk = call_plan(cfg.prompts_per_step, per_prompt, cfg.perf.sampler_max_kv_bytes,
                          row_shards=row_shards)
     return chunk // row_shards * per_prompt, True
   except KVBudgetError:
@@ -158,13 +158,13 @@ def plan(cfg, devices, device_bytes: int, *, reserve_fraction: float = 0.0,
   from graft_jax.train import methods  # pylint: disable=import-outside-toplevel
   from graft_jax.train.update import make_optimizer  # pylint: disable=import-outside-toplevel
   mesh = make_mesh(cfg.mesh, devices)
-  length = cfg.max_prompt_len + cfg.max_response_len
-  rows_cfg = max(1, cfg.micro_batch_tokens // length) if cfg.micro_batch_tokens else None
+  length, perf = cfg.max_prompt_len + cfg.max_response_len, cfg.perf
+  rows_cfg = max(1, perf.micro_batch_tokens // length) if perf.micro_batch_tokens else None
   minibatch_rows = cfg.prompts_per_step // cfg.num_minibatches * cfg.n
   tx, loss = make_optimizer(cfg.optimizer), methods.make(cfg).loss_fn
   kw = dict(length=length, minibatch_rows=minibatch_rows, param_dtype=jnp.dtype(cfg.param_dtype),
-            dtype=jnp.dtype(cfg.dtype), remat=cfg.remat, scan_layers=cfg.scan_layers,
-            attention=cfg.attention_impl, attention_block=cfg.attention_block, platform=platform)
+            dtype=jnp.dtype(cfg.dtype), remat=perf.remat, scan_layers=perf.scan_layers,
+            attention=perf.attention_impl, attention_block=perf.attention_block, platform=platform)
   out = []
   for model in policy_configs(cfg):
     mc = model_config(model)

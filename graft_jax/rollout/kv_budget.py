@@ -43,7 +43,7 @@ def prompts_per_chunk(num_prompts: int, per_prompt: int, budget: int) -> int:
   if per_prompt > budget:
     raise KVBudgetError(
         f"JAX sampler: one prompt's KV cache needs {per_prompt / 2**30:.2f} GiB but "
-        f"rollout.max_kv_bytes is {budget / 2**30:.2f} GiB; raise the budget, shorten "
+        f"perf.sampler_max_kv_bytes is {budget / 2**30:.2f} GiB; raise the budget, shorten "
         f"max_prompt_len / max_response_len or n, or sample with the vLLM engine "
         f"(--config.engine=vllm)")
   return 1 << ((budget // per_prompt).bit_length() - 1)

@@ -17,7 +17,7 @@ def score_rows(model, prompts, responses, pad_id: int, *, chunk_rows: int = 64,
   lengths to ``bucket_length(longest row, length_cap)`` (``length_cap``: the
   run's ``max_prompt_len + max_response_len``), so the compiled scorer is
   reused across steps. With a ``token_budget`` (default: the model's
-  ``score_tokens`` memory option, the run's ``micro_batch_tokens``; 0 = none)
+  ``score_tokens`` memory option, the run's ``perf.micro_batch_tokens``; 0 = none)
   each device's share of a chunk is the largest power of two of rows that fits
   it at the bucketed length of the longest row (at least one row). On a mesh the
   rows of a chunk are split over its batch axes (``row_shards`` parts, each

@@ -37,7 +37,7 @@ def load_models(cfg, mesh=None) -> dict:
   order; a replayed peer is (None, None). With a ``mesh``, each weight is loaded
   straight onto its shards."""
   dtype = jnp.dtype(cfg.param_dtype)
-  compute = jnp.dtype(cfg.dtype)
+  compute, perf = jnp.dtype(cfg.dtype), cfg.perf
   out = {}
   for m in policy_configs(cfg):
     if not m.path:
@@ -46,14 +46,14 @@ def load_models(cfg, mesh=None) -> dict:
       out[m.name] = (None, None)  # the peer is its logs
       continue
     model, _ = load_hf(m.path, dtype=dtype, compute_dtype=compute, mesh=mesh)
-    model.set_memory_options(remat=cfg.remat, scan_layers=cfg.scan_layers,
-                             attention=cfg.attention_impl, attention_block=cfg.attention_block,
-                             score_tokens=micro_batch_budget(cfg.micro_batch_tokens),
-                             kv_cache_bytes=cfg.rollout.max_kv_bytes)
-    model.set_decode_attention(cfg.decode_attention)
+    model.set_memory_options(remat=perf.remat, scan_layers=perf.scan_layers,
+                             attention=perf.attention_impl, attention_block=perf.attention_block,
+                             score_tokens=micro_batch_budget(perf.micro_batch_tokens),
+                             kv_cache_bytes=perf.sampler_max_kv_bytes)
+    model.set_decode_attention(perf.decode_attention)
     logging.info("%s: attention %s", m.name, describe_impl(
-        cfg.attention_impl, dtype=compute, head_dim=model.cfg.head_dim,
-        length=cfg.max_prompt_len + cfg.max_response_len, block=cfg.attention_block))
+        perf.attention_impl, dtype=compute, head_dim=model.cfg.head_dim,
+        length=cfg.max_prompt_len + cfg.max_response_len, block=perf.attention_block))
     out[m.name] = (model, load_tokenizer(m.path))
   return out
 
@@ -61,11 +61,11 @@ def load_models(cfg, mesh=None) -> dict:
 def start_processes(cfg) -> bool:
   """Applies the trainer's placement (``jax_devices``, its memory share from
   `config_placement.trainer_fraction`) and its compilation cache
-  (``compile_cache_dir``), joins the other processes of a multi-process run
+  (``perf.compile_cache_dir``), joins the other processes of a multi-process run
   (``graft_jax.distributed``), and checks the placement against this node's GPUs
   (`config_placement.check_start`); call it before anything touches a JAX device.
   Returns whether the run is multi-process."""
-  compile_cache.enable(cfg.compile_cache_dir)
+  compile_cache.enable(cfg.perf.compile_cache_dir)
   fraction = str(config_placement.trainer_fraction(cfg))
   before = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
   if before not in (None, fraction):

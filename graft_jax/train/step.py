@@ -45,7 +45,7 @@ def run_updates(policy, rows, order: list[np.ndarray], cfg, method) -> dict:
                         multiple=bucket_length(max(longest, width), cap))
     params, opt_state, parts = update.update(
         policy, params, opt_state, batch, loss, np.int32(i),
-        micro_batch_tokens=cfg.micro_batch_tokens, width=width,
+        micro_batch_tokens=cfg.perf.micro_batch_tokens, width=width,
         skip_silent=cfg.skip_silent_rows, from_update=i == 0 and old_logprobs.from_update(cfg))
     per_update.append(parts)  # read once at the end: packing the next minibatch overlaps this one
   policy.set_params(params, opt_state)

@@ -107,7 +107,7 @@ class Trainer:
     self.policies = {
         name: make_policy(name, models[name][0], models[name][1], cfg.optimizer,
                           cfg.data.prompt_suffix, keep_reference=self.method.keeps_reference,
-                          mesh=mesh, sampler_streams=cfg.rollout.streams)
+                          mesh=mesh, sampler_streams=cfg.perf.sampler_streams)
         for name in trained}
     self.data_counts = dict(data_counts or {})
     problems = self._within_prompt_limit(problems, validator)

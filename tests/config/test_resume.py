@@ -59,25 +59,42 @@ def test_every_math_field_is_locked(field, value):
 
 def test_a_checkpoint_layout_field_is_refused_with_its_own_reason():
   old = config_lib.to_dict(_cfg("w"))
-  new = config_lib.to_dict(_cfg("w", scan_layers=not old["scan_layers"]))
+  was = old["perf"]["scan_layers"]
+  new = config_lib.to_dict(_cfg("w", **{"perf.scan_layers": not was}))
   with pytest.raises(config_lib.ConfigError) as err:
     config_checks.check_resume(old, new, where="w/config.json")
   assert str(err.value) == (
-      f"scan_layers is {new['scan_layers']!r} but the checkpointed run in w/config.json has "
-      f"{old['scan_layers']!r}; it decides how the checkpoint stores the parameters and "
-      f"optimizer state, so resume with scan_layers={old['scan_layers']!r}")
-  assert err.value.field == "scan_layers"
+      f"perf.scan_layers is {not was!r} but the checkpointed run in w/config.json has "
+      f"{was!r}; it decides how the checkpoint stores the parameters and "
+      f"optimizer state, so resume with perf.scan_layers={was!r}")
+  assert err.value.field == "perf.scan_layers"
+
+
+def test_an_older_config_json_is_read_under_the_moved_fields_new_names():
+  """A config.json written before the perf section stored its fields at the top (and the
+  sampler's two in rollout); each is compared with the field it became."""
+  new = config_lib.to_dict(_cfg("w"))
+  old = json.loads(json.dumps(new))
+  perf = old.pop("perf")
+  old["rollout"].update(max_kv_bytes=2**20, streams=perf.pop("sampler_streams"))
+  del perf["sampler_max_kv_bytes"]
+  old.update(perf)
+  assert config_checks.check_resume(old, new, where="w/config.json") == [
+      ("perf.sampler_max_kv_bytes", 2**20, new["perf"]["sampler_max_kv_bytes"])]
+  old["scan_layers"] = not perf["scan_layers"]
+  with pytest.raises(config_lib.ConfigError, match="^perf.scan_layers is "):
+    config_checks.check_resume(old, new, where="w/config.json")
 
 
 def test_other_fields_may_change_and_are_returned():
   old = config_lib.to_dict(_cfg("w"))
   new = config_lib.to_dict(_cfg("w2", **{"eval.every_steps": 2, "total_steps": 160,
                                          "logging.tensorboard": False, "mesh.fsdp": 2,
-                                         "rollout.max_kv_bytes": 2**20}))
-  del old["remat"]  # a field an older config.json did not have
+                                         "perf.sampler_max_kv_bytes": 2**20}))
+  del old["perf"]["remat"]  # a field an older config.json did not have
   assert config_checks.check_resume(old, new, where="w/config.json") == [
       ("eval.every_steps", 5, 2), ("logging.tensorboard", True, False), ("mesh.fsdp", 1, 2),
-      ("remat", None, "none"), ("rollout.max_kv_bytes", 0, 2**20),
+      ("perf.remat", None, "none"), ("perf.sampler_max_kv_bytes", 0, 2**20),
       ("total_steps", old["total_steps"], 160),  # the toy config's, whatever configs/toy.py sets
       ("workdir", "w", "w2")]
 
@@ -120,9 +137,10 @@ def test_resuming_a_tiny_toy_run(tmp_path, caplog):
   with pytest.raises(config_lib.ConfigError, match=r"^optimizer.lr is 0.0003 but the "
                      r"checkpointed run in .*config.json has 0.0002"):
     run(**{"optimizer.lr": 3e-4})
-  with pytest.raises(config_lib.ConfigError, match=r"^scan_layers is True but the checkpointed "
-                     r"run in .*config.json has False; it decides how the checkpoint stores"):
-    run(scan_layers=True)
+  with pytest.raises(config_lib.ConfigError, match=r"^perf.scan_layers is True but the "
+                     r"checkpointed run in .*config.json has False; it decides how the "
+                     r"checkpoint stores"):
+    run(**{"perf.scan_layers": True})
   with caplog.at_level(logging.INFO):
     run(**{"eval.every_steps": 3})  # resumes at step 1 of 1: nothing left to train
   assert "resuming with eval.every_steps changed: 0 -> 3" in caplog.text

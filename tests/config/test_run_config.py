@@ -132,10 +132,21 @@ INVALID = [
     (dict(dtype='int8'), 'dtype must be one of'),
     (dict(checkpoint__export_dtype='bf16'), "checkpoint.export_dtype must be one of stored, "
      "bfloat16, float32, float16, got 'bf16' (did you mean 'bfloat16'?)"),
-    (dict(decode_attention='cpu'), "decode_attention must be one of auto, xla, kernel"),
-    (dict(decode_attention='kernel', dtype='bfloat16'),
-     "decode_attention='kernel' takes dtype=float32 (the CPU kernel is f32 only), got "
+    (dict(perf__decode_attention='cpu'),
+     "perf.decode_attention must be one of auto, xla, kernel, got 'cpu'"),
+    (dict(perf__decode_attention='kernel', dtype='bfloat16'),
+     "perf.decode_attention='kernel' takes dtype=float32 (the CPU kernel is f32 only), got "
      "dtype='bfloat16'"),
+    (dict(perf__remat='dots'), "perf.remat must be one of none, full, dots_saveable, "
+     "dots_no_batch, got 'dots'"),
+    (dict(perf__attention_impl='flash'), "perf.attention_impl must be one of auto, dense, "
+     "blocked, cudnn, splash, got 'flash'"),
+    (dict(perf__micro_batch_tokens=-1), 'perf.micro_batch_tokens must be >= 0, got -1'),
+    (dict(perf__attention_block=0), 'perf.attention_block must be >= 1, got 0'),
+    (dict(perf__sampler_max_kv_bytes=-1), 'perf.sampler_max_kv_bytes must be >= 0, got -1'),
+    (dict(perf__scan_layers=1), 'perf.scan_layers must be bool, got int 1'),
+    (dict(micro_batch_tokens=0), 'unknown config key micro_batch_tokens'),
+    (dict(rollout__streams=0), 'unknown config key rollout.streams'),
     (dict(data__source='jsonl'), "data.source must be one of file, synthetic, got 'jsonl'"),
     (dict(reward__kind='math-verify'), "reward.kind must be one of math_verify, synthetic_exact "
      "or a dotted path pkg.module:function, got 'math-verify'"),
@@ -155,7 +166,7 @@ INVALID = [
     (dict(clip_low=1.0), 'clip_low must be in [0, 1), got 1'),
     (dict(clip_high=-0.1), 'clip_high must be >= 0, got -0.1'),
     (dict(rollout__top_p=0.0), 'rollout.top_p must be in (0, 1], got 0'),
-    (dict(rollout__streams=-1), 'rollout.streams must be >= 0, got -1'),
+    (dict(perf__sampler_streams=-1), 'perf.sampler_streams must be >= 0, got -1'),
     (dict(rollout__temperature=float('nan')), 'rollout.temperature must be'),
     (dict(reward__timeout_s=0.0), 'reward.timeout_s must be > 0, got 0'),
     (dict(eval__k=0), 'eval.k must be >= 1, got 0'),
@@ -277,6 +288,33 @@ def test_apply_overrides_sets_typed_fields_and_names_bad_ones():
                       ("lr", "must look like")):
     with pytest.raises(config_lib.config_checks.ConfigError, match=needle):
       config_lib.apply_overrides(cd, [bad])
+
+
+def test_moved_fields_are_gone_and_name_fields_that_exist():
+  from graft_jax.config.load import flatten
+  fields = set(flatten(config_lib.to_dict(config_lib.TrainConfig())))
+  for old, new in config_lib.config_checks.MOVED.items():
+    assert old not in fields and new in fields, (old, new)
+
+
+@pytest.mark.parametrize('old,new', sorted(config_lib.config_checks.MOVED.items()))
+def test_a_moved_fields_old_name_suggests_its_new_one(old, new):
+  """``rollout.streams`` is nearer ``rollout.temperature`` by spelling than
+  ``perf.sampler_streams``: the suggestion follows the move, not the letters."""
+  cd = config_lib.load_config("configs/toy.py:graft")
+  with pytest.raises(config_lib.ConfigError) as e:
+    config_lib.apply_overrides(cd, [f'{old}=1'], flag='--config.')
+  assert f'(did you mean {new!r}?)' in str(e.value) and '\n' not in str(e.value)
+
+
+def test_did_you_mean_spells_out_the_closest_name_otherwise():
+  known = ['perf.micro_batch_tokens', 'rollout.temperature', 'perf.sampler_streams']
+  did_you_mean = config_lib.config_checks.did_you_mean
+  assert did_you_mean('perf.micro_batch_token', known) == (
+      " (did you mean 'perf.micro_batch_tokens'?)")
+  assert did_you_mean('rollout.temprature', known) == " (did you mean 'rollout.temperature'?)"
+  assert did_you_mean('rollout.streams', known[1:2]) == " (did you mean 'rollout.temperature'?)"
+  assert did_you_mean('seed', known) == ''
 
 
 def test_vllm_engine_settings_follow_the_config():

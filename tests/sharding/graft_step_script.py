@@ -13,7 +13,7 @@ from graft_jax.train.trainer import Trainer
 from tests.train import tiny_pair
 from tests.train.test_trainer_methods import make_cfg
 
-# (data, fsdp, tensor, micro_batch_tokens): the second mesh also splits each
+# (data, fsdp, tensor, perf.micro_batch_tokens): the second mesh also splits each
 # minibatch into micro-batches of one 64-token row per device.
 MESHES = {"data2_fsdp4": (2, 4, 1, 0), "fsdp2_tensor2": (1, 2, 2, 64)}
 
@@ -29,7 +29,7 @@ def run(workdir, mesh_spec):
     data, fsdp, tensor, budget = mesh_spec
     devices = jax.devices()[:data * fsdp * tensor]
     mesh = make_mesh(MeshConfig(data, fsdp, tensor), devices)
-    extra["micro_batch_tokens"] = budget
+    extra["perf.micro_batch_tokens"] = budget
   # AdamW divides each gradient entry by its RMS + eps: eps=1e-6 keeps float32
   # reduction-order noise on ~1e-8 gradients from becoming lr-sized updates.
   # No balancing: every candidate group is grafted, so the step has grafted rows

@@ -21,7 +21,7 @@ def test_launcher_honours_the_mesh_flags(real_pair_files, tmp_path):  # noqa: F8
           f"--config.model_a.path={f['smollm3']}", f"--config.model_b.path={f['qwen3']}",
           f"--config.data.train_path={f['train']}", f"--config.eval.data_dir={f['eval']}",
           "--config.mesh.data=2", "--config.mesh.fsdp=4", "--config.mesh.tensor=1",
-          "--config.micro_batch_tokens=64", "--config.eval.every_steps=0",
+          "--config.perf.micro_batch_tokens=64", "--config.eval.every_steps=0",
           *[a for a in SMALL if not a.startswith("--steps")], "--steps=1", f"--workdir={work}"]
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
              JAX_PLATFORMS="cpu")

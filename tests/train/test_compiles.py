@@ -38,7 +38,7 @@ def run(method, num_minibatches, names, steps=STEPS, micro_batch_tokens=None):
     cd.max_prompt_len, cd.max_response_len = 40, 16
     cd.optimizer.lr = 1e-3
     if micro_batch_tokens is not None:
-      cd.micro_batch_tokens = micro_batch_tokens
+      cd.perf.micro_batch_tokens = micro_batch_tokens
   cfg = config_lib.from_config_dict(cd)
   models = tiny_pair.make_models()
   policies = {name: make_policy(name, *models[key], cfg.optimizer, cfg.data.prompt_suffix)

@@ -99,7 +99,7 @@ def test_hacpo_uses_its_minibatch_count_and_loss(recorded):
 def test_silent_rows_are_counted_and_left_out_of_the_fractions(recorded):
   # Two minibatches of groups {0, 2} and {1, 3} (peer_last); group 0 and 2 all-fail:
   # the first minibatch runs no row, the second runs all of its rows.
-  cfg = helpers.config("graft", **{"micro_batch_tokens": 64, "graft.order": "peer_last"})
+  cfg = helpers.config("graft", **{"perf.micro_batch_tokens": 64, "graft.order": "peer_last"})
   policy = helpers.policies(cfg)["toy_a"]
   rows = rows_by_group()
   for r, q in enumerate(rows.group):
