@@ -1,13 +1,14 @@
 """Launcher plumbing: the ``--config`` flags, quiet logs, and one-line errors.
 
 A launcher hands its main to ``run`` (absl flags plus ``--config=file.py[:presets]``
-and ``--config.<field>=<value>``) or to ``guard`` (any main). A project error
-(a bad config value, a missing path, a malformed data row, an unreadable
-checkpoint or model, a vLLM fault) prints one line naming the field, file or
-line and exits non-zero: 2 when the command line or config is wrong and
-nothing ran, 1 when the run stopped. A run stopped by a signal after saving
-(``graft_jax.train.preemption.Stopped``) prints its one line and exits 75
-(``STOPPED_EXIT``, sysexits' EX_TEMPFAIL): the same command resumes.
+and ``--config.<field>=<value>``, ml_collections' ``config_flags``) or to ``guard``
+(any main). A project error (a bad config value, a missing path, a malformed
+data row, an unreadable checkpoint or model, a vLLM fault) prints one line
+naming the field, file or line and exits non-zero: 2 when the command line or
+config is wrong and nothing ran, 1 when the run stopped. A run stopped by a
+signal after saving (``graft_jax.train.preemption.Stopped``) prints its one
+line and exits 75 (``STOPPED_EXIT``, sysexits' EX_TEMPFAIL): the same command
+resumes.
 ``--verbose`` (or ``GRAFT_VERBOSE=1``) shows the traceback instead, and
 third-party INFO logs.
 """
@@ -21,9 +22,12 @@ import sys
 import warnings
 from typing import Any, Callable, Mapping, NoReturn
 
+import ml_collections
 from absl import flags
+from ml_collections import config_flags
 
 from graft_jax import distributed
+from graft_jax.config import load as config_load
 from graft_jax.train import preemption
 from graft_jax.outputs import progress
 
@@ -152,60 +156,99 @@ def guard(main: Callable[..., Any], *args, sources: Mapping[str, str] | None = N
   sys.exit(code or 0)
 
 
-def split_config_flags(args: list[str], name: str = "config") -> tuple[list[str], list[str]]:
-  """``(['optimizer.lr=3e-4', ...], other args)``: the ``--config.<field>=<value>`` flags
-  (also ``--config.<field> <value>``) apart from the rest, which absl parses."""
-  overrides, rest, i = [], [], 0
-  prefix = f"--{name}."
-  while i < len(args):
-    arg = args[i]
-    if arg.startswith(prefix):
-      item = arg[len(prefix):]
-      if "=" not in item:
-        if i + 1 >= len(args) or args[i + 1].startswith("--"):
-          raise UsageError(f"{arg} needs a value: {arg}=VALUE")
-        i += 1
-        item = f"{item}={args[i]}"
-      overrides.append(item)
-    else:
-      rest.append(arg)
-    i += 1
-  return overrides, rest
-
-
-def run(main: Callable[[Any], Any], *, default_config: str,
+def run(main: Callable[[Any], Any], *, default_config: str | None,
         config_help: str = "config file and presets, path.py[:preset,...]") -> NoReturn:
-  """Parses absl flags and the config, then runs ``main(config_dict)`` under ``guard``.
-
-  ``--config=path.py[:arg]`` picks the file (default ``default_config``);
-  ``--config.<field>=<value>`` sets one field (values as in
-  ``graft_jax.config.load.parse_value``). Unknown fields name the
-  closest known one.
-  """
-  from graft_jax.config import load as config_load
-
+  """Parses absl flags and the config (``parse_flags``), then runs ``main(config_dict)``
+  under ``guard``; ``default_config=None`` makes ``--config`` required."""
   main_module = sys.argv[0]  # listed with the launcher's own flags by --help
-  flags.DEFINE_string("config", default_config,
-                      f"{config_help}; set one field with --config.<field>=<value>",
-                      module_name=main_module)
   flags.DEFINE_bool("verbose", False, f"tracebacks and third-party INFO logs (or {VERBOSE_ENV}=1)",
                     module_name=main_module)
   sources: dict[str, str] = {}
 
   def body():
-    overrides, rest = split_config_flags(sys.argv[1:])
-    try:
-      positional = flags.FLAGS(sys.argv[:1] + rest)
-    except flags.Error as e:
-      raise UsageError(str(e)) from e
-    if positional[1:]:
-      raise UsageError(f"unexpected argument {positional[1]!r} (flags look like --name=value)")
-    config_dict = config_load.load_config(flags.FLAGS.config)
-    sources.update({item.partition("=")[0]: f"--config.{item}" for item in overrides})
-    config_load.apply_overrides(config_dict, overrides, flag="--config.")
+    config_dict, set_by = parse_flags(sys.argv, default_config, config_help=config_help,
+                                      module_name=main_module)
+    sources.update(set_by)
     return main(config_dict)
 
   from absl import app
   app.define_help_flags()  # --help, --helpfull
   guard(body, sources=sources)
 
+
+def parse_flags(argv: list[str], default_config: str | None, *,
+                config_help: str = "config file and presets, path.py[:preset,...]",
+                flag_values: flags.FlagValues = flags.FLAGS,
+                module_name: str | None = None) -> tuple[Any, dict[str, str]]:
+  """``(config_dict, sources)``: ``argv`` parsed by absl into ``flag_values``, with ``--config``
+  an ``ml_collections.config_flags`` config file.
+
+  ``--config=path.py[:arg]`` picks the file (default ``default_config``);
+  ``--config.<field>=<value>`` (or ``--config.<field> <value>``) sets one field,
+  read by config_flags by the field's type (docs/configs.md). ``sources`` maps each
+  field set to its flag, for ``one_line``. A mistake raises ``UsageError``, or
+  ``ConfigError`` naming the flag and, for an unknown field, the closest known one.
+  """
+  help_text = f"{config_help}; set one field with --config.<field>=<value>"
+  try:
+    with config_load.quiet_loader():  # the default loads at definition, unless argv names one
+      config_flags.DEFINE_config_file("config", default_config, help_text,
+                                      flag_values=flag_values, sys_argv=argv)
+      if module_name:
+        flag_values.register_flag_by_module(module_name, flag_values["config"])
+      positional = flag_values(argv)
+  except Exception as e:  # noqa: BLE001  (config_flags' errors name neither flag nor field)
+    _raise_config_error(e, argv, default_config)
+    if isinstance(e, flags.Error):
+      raise UsageError(str(e)) from e
+    raise
+  if positional[1:]:
+    raise UsageError(f"unexpected argument {positional[1]!r} (flags look like --name=value)")
+  config_dict = flag_values["config"].value
+  if config_dict is None:
+    raise UsageError("--config=path.py[:arg] is required")
+  if not isinstance(config_dict, ml_collections.ConfigDict):  # a load error, deferred till now
+    config_dict = config_load.load_config(config_flags.get_config_filename(flag_values["config"]))
+  set_by = config_flags.get_override_values(flag_values["config"])
+  for field in set_by:  # config_flags takes a group as a dict; we take one field at a time
+    config_load.check_field(config_dict, field, f"--config.{field}")
+  return config_dict, {field: f"--config.{field}={value}" for field, value in set_by.items()}
+
+
+def overrides(flag_values: flags.FlagValues = flags.FLAGS) -> dict[str, Any]:
+  """``{field: value}`` of the parsed ``--config.<field>`` flags, for configs other than
+  ``--config``'s own (``config_load.apply_overrides`` takes it)."""
+  return dict(config_flags.get_override_values(flag_values["config"]))
+
+
+def _raise_config_error(error: Exception, argv: list[str], default_config: str | None) -> None:
+  """Raises the ``ConfigError`` that names the flag behind a failed parse, if one is.
+
+  The config file is loaded again (a missing file or a rejected preset raises
+  here), each ``--config.<field>`` flag's field checked, and a value absl
+  rejected read again by ``config_load.apply_overrides``, whose message names
+  the field's type.
+  """
+  spec, named = _config_flags_in(argv, default_config)
+  if not spec:
+    return
+  config_dict = config_load.load_config(spec)
+  for field, flag in named.items():
+    config_load.check_field(config_dict, field, flag)
+  text, cause = str(error), f": {error.__context__}"
+  if (isinstance(error, flags.IllegalFlagValueError) and text.startswith("flag --config.")
+      and text.endswith(cause)):  # absl's "flag --config.<field>=<value>: <parser's error>"
+    config_load.apply_overrides(config_dict, [text[len("flag --config."):-len(cause)]],
+                                flag="--config.")
+
+
+def _config_flags_in(argv: list[str], spec: str | None) -> tuple[str | None, dict[str, str]]:
+  """(``--config``'s value, ``{field: flag as typed}``) by config_flags' own patterns: its
+  errors do not say which flag failed."""
+  named = {}
+  for i, arg in enumerate(argv[1:], 1):
+    if re.match(r"--?config(=|$)", arg):
+      spec = arg.partition("=")[2] if "=" in arg else next(iter(argv[i + 1:i + 2]), None)
+    elif match := re.match(r"--?(no)?config\.([^=]+)", arg):
+      named[match[2]] = arg
+  return spec, named

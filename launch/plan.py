@@ -22,10 +22,10 @@ if __name__ == "__main__":
                              + f" --xla_force_host_platform_device_count={int(devices)}")
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from absl import app, flags  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
+from absl import flags  # noqa: E402
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "a run config file (a pair or `models`)")
+from graft_jax import cli  # noqa: E402  (after XLA_FLAGS)
+
 _DEVICES = flags.DEFINE_integer("devices", 4, "GPUs of the node (fake CPU devices here); the "
                                 "trainer's mesh spans jax_devices of them, else all")
 _MEMORY = flags.DEFINE_float("device-memory-gb", 141.0, "memory of one device, GB (H200: 141)")
@@ -60,7 +60,7 @@ def train_prompts(cfg) -> int:
   return MATH_TRAIN_PROMPTS
 
 
-def main(_):
+def main(config_dict):
   import dataclasses  # pylint: disable=import-outside-toplevel
   import jax  # pylint: disable=import-outside-toplevel
   from graft_jax.plan import run, step_time  # pylint: disable=import-outside-toplevel
@@ -68,7 +68,7 @@ def main(_):
   from graft_jax.config.checks import policy_configs  # pylint: disable=import-outside-toplevel
   from graft_jax.config.placement import sync_backend  # pylint: disable=import-outside-toplevel
 
-  cfg = config_lib.from_config_dict(_CONFIG.value)
+  cfg = config_lib.from_config_dict(config_dict)
   margin = int(_MARGIN.value * 2**30)
   trainer = run.trainer_devices(cfg, _DEVICES.value)  # the mesh: the trainer's GPUs
   mesh, available, table = run.plan(cfg, jax.devices()[:trainer],
@@ -104,4 +104,4 @@ def main(_):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main, default_config=None, config_help="a run config file (a pair or `models`)")

@@ -8,43 +8,46 @@
 GRPO, GRAFT in each pair and GRAFT across all three, built under runs/toy_trio on first use.
 
 The pair is the shipped default (`graft_jax.toy`); `--seed` seeds RL and evaluation.
-`--config.<field>=<value>` sets a field of configs/toy.py for both methods, as in
-launch/train.py. Writes results.json (summary[model][method] = held-out pass@1 % at
-T=1), learning_curves.png, and each method's run (config.json included) in the workdir.
+`--config.<field>=<value>` sets a field of configs/toy.py for every method, as in
+launch/train.py (ml_collections' config_flags reads it; docs/configs.md). Writes
+results.json (summary[model][method] = held-out pass@1 % at T=1),
+learning_curves.png, and each method's run (config.json included) in the workdir.
 """
 
-import argparse
 import pathlib
-import sys
 import time
+import types
+
+from absl import flags
 
 from graft_jax import cli, toy
 from graft_jax.toy import pair as toy_pair
 from graft_jax.experiments import toy_compare, toy_k3, toy_report
 
-SOURCES = {}  # config field -> the --config flag that set it, for one-line errors
+_STEPS = flags.DEFINE_integer("steps", None, "training steps per method")
+_WORKDIR = flags.DEFINE_string("workdir", None, "default runs/toy_main (runs/toy3_main with "
+                               "--models 3)")
+_SEED = flags.DEFINE_integer("seed", 0, "seeds RL and evaluation")
+_EVAL_K = flags.DEFINE_integer("eval-k", 2, "samples per held-out problem")
+_PAIR_ROOT = flags.DEFINE_string("pair-root", None,
+                                 "use the finished pair build in this folder as it is")
+_JOBS = flags.DEFINE_integer("jobs", 2, "runs at a time (processes)")
+_SMOKE = flags.DEFINE_bool("smoke", False, "tiny pair and 2 steps (CI)")
+_MODELS = flags.DEFINE_integer("models", 2, "3: the toy trio's K=3 table", lower_bound=2,
+                               upper_bound=3)
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                   epilog="--config.<field>=<value>: a config field for both "
-                                          "methods, e.g. --config.optimizer.lr=3e-4")
-  parser.add_argument("--steps", type=int, default=None, help="training steps per method")
-  parser.add_argument("--workdir", default="runs/toy_main")
-  parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--eval-k", type=int, default=2, help="samples per held-out problem")
-  parser.add_argument("--pair-root", help="use the finished pair build in this folder as it is")
-  parser.add_argument("--jobs", type=int, default=2, help="runs at a time (processes)")
-  parser.add_argument("--smoke", action="store_true", help="tiny pair and 2 steps (CI)")
-  parser.add_argument("--models", type=int, default=2, choices=(2, 3),
-                      help="3: the toy trio's K=3 table (default workdir runs/toy3_main)")
-  overrides, rest = cli.split_config_flags(sys.argv[1:])
-  SOURCES.update({item.partition("=")[0]: f"--config.{item}" for item in overrides})
-  args = parser.parse_args(rest)
-  if args.models == 3:
-    if args.workdir == parser.get_default("workdir"):
-      args.workdir = "runs/toy3_main"
-    return toy_k3.run_from_args(args, overrides)
+def main(config_dict):
+  """``config_dict`` is configs/toy.py with the ``--config.<field>`` flags, read and checked
+  by config_flags; the same fields are set on each method's preset."""
+  del config_dict
+  if flags.FLAGS["config"].present:
+    raise cli.UsageError("--config: the job picks its config files (configs/toy.py, "
+                         "configs/toy3.py); set fields with --config.<field>=<value>")
+  overrides = cli.overrides()
+  if _MODELS.value == 3:
+    return toy_k3.run_from_args(_args(default_workdir="runs/toy3_main"), overrides)
+  args = _args(default_workdir="runs/toy_main")
   start = time.perf_counter()
   workdir = pathlib.Path(args.workdir)
   pair_cfg = toy.tiny_config() if args.smoke else toy.default_config()
@@ -69,5 +72,13 @@ def main():
   print(f"\nwrote {png} and {js}; wall time {results['wall_seconds']:.0f}s")
 
 
+def _args(default_workdir: str) -> types.SimpleNamespace:
+  """The job's flags by name, as ``toy_k3.run_from_args`` reads them."""
+  return types.SimpleNamespace(steps=_STEPS.value, workdir=_WORKDIR.value or default_workdir,
+                               seed=_SEED.value, eval_k=_EVAL_K.value, pair_root=_PAIR_ROOT.value,
+                               jobs=_JOBS.value, smoke=_SMOKE.value)
+
+
 if __name__ == "__main__":
-  cli.guard(main, sources=SOURCES)
+  cli.run(main, default_config="configs/toy.py",
+          config_help="read only for its fields: each method's own preset gets them")

@@ -1,18 +1,28 @@
-"""ConfigDict -> typed dataclasses (key and type checks), and config files.
+"""ConfigDict -> typed dataclasses (key and type checks), config files and overrides.
 
 Config files under configs/ are imported by path: configs/ is not a package.
+Loading ``path.py[:arg]`` and reading ``field=value`` overrides is
+``ml_collections.config_flags``' own work (the launchers' ``--config`` flags,
+``graft_jax.cli``); this module runs it outside a command line and turns its
+errors into one ``ConfigError`` that names the override and the closest field.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import importlib.util
+import os
 import pathlib
 import sys
 import types
 import typing
-from typing import Any, Mapping
+import warnings
+from typing import Any, Iterable, Mapping
+
+from absl import flags
+from ml_collections.config_flags import config_flags, tuple_parser
 
 from graft_jax.config.checks import ConfigError, did_you_mean
 
@@ -106,19 +116,41 @@ def import_config_file(path: str | pathlib.Path) -> types.ModuleType:
 
 
 def load_config(spec: str) -> Any:
-  """Loads 'path/to/config.py[:arg]' the way `config_flags` does.
+  """Loads 'path/to/config.py[:arg]' as a ``--config`` flag would (config_flags), unlocked.
 
-  A value the config file rejects (e.g. an unknown preset) is a
-  ``ConfigError`` that names the spec.
+  A missing file, or a value the config file rejects (e.g. an unknown
+  preset), is a ``ConfigError`` that names the spec.
   """
-  path, _, arg = spec.partition(':')
-  module = import_config_file(path)
-  try:
-    return module.get_config(arg) if arg else module.get_config()
-  except ConfigError:
-    raise
-  except ValueError as e:
-    raise ConfigError(f'{spec}: {e}') from e
+  path = spec.partition(':')[0]
+  if not os.path.isfile(path):  # config_flags would defer this error to the config's first use
+    raise ConfigError(f'no config file {os.path.abspath(path)!r}')
+  values = flags.FlagValues()
+  try:  # the default is parsed, and the file loaded, at definition
+    with quiet_loader():
+      config_flags.DEFINE_config_file('config', spec, flag_values=values, lock_config=False,
+                                      sys_argv=['load_config'])
+  except flags.IllegalFlagValueError as e:
+    raise _file_error(spec, e) from None
+  return values['config'].value
+
+
+@contextlib.contextmanager
+def quiet_loader():
+  """Hides the DeprecationWarning of the importlib call config_flags loads a config file with."""
+  with warnings.catch_warnings():
+    warnings.filterwarnings('ignore', message='the load_module', category=DeprecationWarning)
+    yield
+
+
+def _file_error(spec: str, error: BaseException) -> BaseException:
+  """The config file's own error, which config_flags re-raises with its traceback as text."""
+  while error.__context__ is not None:
+    error = error.__context__
+  if isinstance(error, ConfigError):
+    return error
+  if isinstance(error, ValueError):
+    return ConfigError(f'{spec}: {error}')
+  return error  # a bug in the file: its traceback shows
 
 
 def flatten(config_dict, prefix: str = '') -> dict[str, Any]:
@@ -146,59 +178,78 @@ def set_field(config_dict, field: str, value: Any) -> None:
   node[leaf] = value
 
 
-def parse_value(text: str, current: Any) -> Any:
-  """A command-line value for a field that now holds ``current``.
+class _TupleParser(tuple_parser.TupleParser):
+  """config_flags' tuple parser (a Python literal such as ``(0, 1)``, or one entry per
+  repeated flag) that also reads bare words ``a,b`` as ``('a', 'b')``, where it would
+  give the one string ``('a,b',)``; ``"'a,b'"`` stays one string."""
 
-  Strings stay as typed; booleans accept true/false in any case; tuples
-  accept ``a,b`` as well as Python literals; everything else is a Python
-  literal (``3e-4``, ``32``), or the text itself when it is not one.
-  """
-  if isinstance(current, str):
-    return text
-  if isinstance(current, bool) and text.lower() in ('true', 'false'):
-    return text.lower() == 'true'
+  def parse(self, argument):
+    if isinstance(argument, str) and ',' in argument and not _is_literal(argument):
+      parse = super().parse
+      return tuple(v for part in argument.split(',') if part.strip() for v in parse(part.strip()))
+    return super().parse(argument)
+
+
+def _is_literal(text: str) -> bool:
   try:
-    value = ast.literal_eval(text)
+    ast.literal_eval(text)
   except (ValueError, SyntaxError):
-    value = text
-  if isinstance(current, tuple) and isinstance(value, (str, int, float)):
-    # An empty tuple says nothing of its entries' type: each is read as a literal.
-    value = tuple(parse_value(t.strip(), current[0] if current else None)
-                  for t in text.split(',') if t.strip())
-  if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
-    value = float(value)
-  return value
+    return False
+  return True
 
 
-def apply_overrides(config_dict, overrides, *, flag: str = '') -> None:
+# Every --config flag (graft_jax.cli) and every apply_overrides call parses tuples this way.
+config_flags.register_flag_parser_for_type(tuple, _TupleParser())
+
+
+def check_field(config_dict, field: str, label: str, flag: str = '--config.') -> None:
+  """Raises ``ConfigError`` (``label: ...``) unless dotted ``field`` is one value of
+  ``config_dict``: an unknown field names the closest known one; a list (``models``) is
+  set whole and a group of fields one field at a time."""
+  *parents, leaf = field.split('.')
+  node = config_dict
+  for i, p in enumerate(parents):
+    if hasattr(node, 'items') and isinstance(node.get(p), tuple):
+      whole = '.'.join(parents[:i + 1])
+      raise ConfigError(f'{label}: {whole!r} is a list; set it whole '
+                        f'({flag}{whole}="[...]", a Python literal)', field=whole)
+    node = node.get(p) if hasattr(node, 'items') else None
+  if not hasattr(node, 'items') or leaf not in node:
+    hint = did_you_mean(field, leaf_fields(config_dict))
+    raise ConfigError(f'{label}: no config field {field!r}{hint}', field=field)
+  if hasattr(node[leaf], 'items'):
+    raise ConfigError(f'{label}: {field!r} is a group of fields; set one of them, '
+                      f'e.g. {flag}{leaf_fields(node[leaf], f"{field}.")[0]}=...', field=field)
+
+
+def apply_overrides(config_dict, overrides: Iterable[str] | Mapping[str, Any], *,
+                    flag: str = '') -> None:
   """Applies 'dotted.field=value' strings to a ConfigDict, as `--config.dotted.field=value` does.
 
-  Values are read by ``parse_value``. An unknown field (with the closest
-  known one suggested) or a wrong type raises ``ConfigError`` naming the
-  override, as ``<flag><item>`` when ``flag`` (e.g. ``'--config.'``) is given.
+  Each value is read by config_flags, exactly as the flag would be: strings as
+  typed, ``true``/``false``, ints for floats, tuples as a literal or ``a,b``.
+  ``overrides`` may instead map fields to values read already (config_flags'
+  ``override_values``). An unknown field (with the closest known one suggested)
+  or a value of the wrong type raises ``ConfigError`` naming the override, as
+  ``<flag><item>`` when ``flag`` (e.g. ``'--config.'``) is given.
   """
+  if isinstance(overrides, Mapping):
+    for field in overrides:
+      check_field(config_dict, field, f'{flag}{field}', flag)
+    config_dict.update_from_flattened_dict(dict(overrides))
+    return
   for item in overrides:
     label = f'{flag}{item}' if flag else f'override {item!r}'
-    key, sep, text = item.partition('=')
-    if not sep or not key:
+    field, sep, text = item.partition('=')
+    if not sep or not field:
       raise ConfigError(f'{label} must look like {flag}field.name=value')
-    *parents, leaf = key.split('.')
-    node = config_dict
-    for i, p in enumerate(parents):
-      if hasattr(node, 'items') and isinstance(node.get(p), tuple):
-        whole = '.'.join(parents[:i + 1])
-        raise ConfigError(f'{label}: {whole!r} is a list; set it whole '
-                          f'({flag}{whole}="[...]", a Python literal)', field=whole)
-      node = node.get(p) if hasattr(node, 'items') else None
-    if not hasattr(node, 'items') or leaf not in node:
-      hint = did_you_mean(key, leaf_fields(config_dict))
-      raise ConfigError(f'{label}: no config field {key!r}{hint}', field=key)
-    if hasattr(node[leaf], 'items'):
-      raise ConfigError(f'{label}: {key!r} is a group of fields; set one of them, '
-                        f'e.g. {flag}{leaf_fields(node[leaf], f"{key}.")[0]}=...', field=key)
-    current = node[leaf]
+    check_field(config_dict, field, label, flag)
+    argv = ['apply_overrides', f'--config.{field}={text}']
+    values = flags.FlagValues()  # a fresh flag per item: an error is this item's
+    config_flags.DEFINE_config_dict('config', config_dict, flag_values=values, lock_config=False,
+                                    sys_argv=argv)
     try:
-      node[leaf] = parse_value(text, current)
-    except TypeError as e:
-      raise ConfigError(f'{label}: {key} must be {type(current).__name__}, got {text!r}',
-                        field=key) from e
+      values(argv)
+    except flags.IllegalFlagValueError as e:
+      current = type(flatten(config_dict)[field]).__name__
+      raise ConfigError(f'{label}: {field} must be {current}, got {text!r}', field=field) from e

@@ -1,15 +1,20 @@
-"""graft_jax.cli and graft_jax.outputs.progress without a subprocess: labels, lines, the bar."""
+"""graft_jax.cli and graft_jax.outputs.progress without a subprocess: the --config flags, labels,
+lines, the bar."""
 
 import io
+import re
 
 import pytest
+from absl import flags
 
 from graft_jax import cli
+from graft_jax.config import load as config_load
 from graft_jax.data import DataError
 from graft_jax.models import hf_io
 from graft_jax.train import checkpoint, peer_log
 from graft_jax.config import checks as config_checks
 from graft_jax.outputs import progress
+from tests.launch.conftest import REPO
 
 
 @pytest.mark.parametrize("exc,line,code", [
@@ -42,13 +47,90 @@ def test_other_errors_are_bugs_and_keep_their_traceback():
   assert not cli.is_project_error(ConnectionResetError("peer reset"))  # an OSError, not a path
 
 
-def test_split_config_flags():
-  overrides, rest = cli.split_config_flags(
-      ["--config=configs/toy.py:grpo", "--config.n=4", "--steps=2", "--config.graft.delta", "0.9"])
-  assert overrides == ["n=4", "graft.delta=0.9"]
-  assert rest == ["--config=configs/toy.py:grpo", "--steps=2"]
-  with pytest.raises(cli.UsageError, match="--config.n needs a value"):
-    cli.split_config_flags(["--config.n", "--steps=2"])
+def _parse(*args, default="configs/toy.py"):
+  """``cli.parse_flags`` on ``args`` into fresh absl flags (as a launcher's ``cli.run`` does)."""
+  return cli.parse_flags(["launcher", *args], default, flag_values=flags.FlagValues())
+
+
+@pytest.mark.parametrize("args,field,want", [
+    (["--config.optimizer.lr=1"], "optimizer.lr", 1.0),  # an int for a float field
+    (["--config.graft.delta", "0.5"], "graft.delta", 0.5),  # the value as the next argument
+    (["--config.logging.tensorboard=False"], "logging.tensorboard", False),
+    (["--config.logging.tensorboard=false"], "logging.tensorboard", False),
+    (["--noconfig.logging.tensorboard"], "logging.tensorboard", False),
+    (["--config.logging.progress_bar=False", "--config.logging.progress_bar=True"],
+     "logging.progress_bar", True),  # the last one counts
+    (["--config.vllm.gpus.model_a=(1,)"], "vllm.gpus.model_a", (1,)),
+    (["--config.jax_devices=0,1"], "jax_devices", (0, 1)),
+    (["--config.eval.suite=math500,aime24"], "eval.suite", ("math500", "aime24")),
+    (["--config.eval.suite=math500", "--config.eval.suite=aime24"], "eval.suite",
+     ("math500", "aime24")),  # a tuple's entries, one flag each
+    (["--config.eval.suite='a,b'"], "eval.suite", ("a,b",)),  # quoted: one string
+    (["--config.models=[{'path': 'p', 'name': 'x'}]"], "models", ({"path": "p", "name": "x"},)),
+    (["--config.model_a.name=123"], "model_a.name", "123"),  # a str field keeps the text
+    (["--config=configs/toy.py:grpo16", "--config.n=4"], "n", 4),
+])
+def test_config_flags_set_typed_fields_and_name_the_flag(args, field, want):
+  config_dict, sources = _parse(*args)
+  got = config_load.flatten(config_dict)[field]
+  assert got == want and type(got) is type(want)
+  assert sources == {field: f"--config.{field}={want}"}
+
+
+def test_no_override_loads_the_default_locked_and_a_required_config_says_so():
+  config_dict, sources = _parse()
+  assert (config_dict.n, sources) == (8, {})
+  with pytest.raises(AttributeError):
+    config_dict.nn = 1  # a typo in a launcher's main is an error, not a new field
+  with pytest.raises(cli.UsageError, match=r"^--config=path.py\[:arg\] is required$"):
+    _parse(default=None)
+
+
+@pytest.mark.parametrize("args,line", [
+    (["--config.optimizer.lrr=1"], "config error: --config.optimizer.lrr=1: no config field "
+     "'optimizer.lrr' (did you mean 'optimizer.lr'?)"),
+    (["--config=configs/toy.py:graft", "--config.grft.delta", "0.9"], "config error: "
+     "--config.grft.delta: no config field 'grft.delta' (did you mean 'graft.delta'?)"),
+    (["--config.n=abc"], "config error: --config.n=abc: n must be int, got 'abc'"),
+    (["--config.n=True"], "config error: --config.n=True: n must be int, got 'True'"),
+    (["--config.logging.tensorboard=maybe"], "config error: --config.logging.tensorboard=maybe: "
+     "logging.tensorboard must be bool, got 'maybe'"),
+    (["--config.optimizer.lr=fast"], "config error: --config.optimizer.lr=fast: optimizer.lr must "
+     "be float, got 'fast'"),
+    (["--config.n"], "usage error: Missing value for flag --config.n"),
+    (["--config.optimizer={'lr': 1.0}"], "config error: --config.optimizer: 'optimizer' is a "
+     "group of fields; set one of them, e.g. --config.optimizer.lr=..."),  # not the whole group
+    (["--config.models.0.path=z"], "config error: --config.models.0.path=z: 'models' is a list; "
+     "set it whole (--config.models=\"[...]\", a Python literal)"),
+    (["--config=configs/nope.py", "--config.n=2"],
+     f"config error: no config file '{REPO / 'configs' / 'nope.py'}'"),
+    (["--config=configs/nope.py"], f"config error: no config file '{REPO / 'configs' / 'nope.py'}'"),
+    (["--config.n=2", "--config=configs/toy.py"],
+     "usage error: Found --config.n=2 in argv before a value for --config was specified"),
+    (["graft"], "usage error: unexpected argument 'graft' (flags look like --name=value)"),
+])
+def test_config_flag_mistakes_are_one_line(args, line):
+  with pytest.raises(Exception) as e:  # noqa: B017  (the type is what one_line labels)
+    _parse(*args)
+  assert (cli.one_line(e.value), cli.exit_code(e.value)) == (line, 2)
+
+
+def test_an_unknown_preset_is_the_files_own_error_on_one_line():
+  with pytest.raises(config_checks.ConfigError) as e:
+    _parse("--config=configs/toy.py:nope")
+  assert re.fullmatch(r"config error: configs/toy.py:nope: unknown config preset 'nope'; "
+                      r"known: graft, grpo, .*", cli.one_line(e.value))
+
+
+def test_overrides_carry_the_flags_to_other_configs():
+  """launch/toy_job.py: fields read once by the flags, then set on each method's preset."""
+  values = flags.FlagValues()
+  cli.parse_flags(["launcher", "--config.optimizer.lr=3e-4", "--config.eval.suite=a,b"],
+                  "configs/toy.py", flag_values=values)
+  assert cli.overrides(values) == {"optimizer.lr": 3e-4, "eval.suite": ("a", "b")}
+  config_dict = config_load.load_config("configs/toy.py:grpo")
+  config_load.apply_overrides(config_dict, cli.overrides(values), flag="--config.")
+  assert (config_dict.optimizer.lr, config_dict.eval.suite, config_dict.n) == (3e-4, ("a", "b"), 8)
 
 
 RECORD = {"step": 0, "toy_a/reward_mean": 0.3125, "toy_b/reward_mean": 0.5,

@@ -28,7 +28,7 @@ def test_a_changed_lr_is_refused_before_anything_loads(tmp_path):
   assert (proc.returncode, proc.stdout + proc.stderr) == (2, (
       f"config error: optimizer.lr is 0.0003 but the checkpointed run in {work}/config.json has "
       f"0.0001; a resumed run keeps every field that changes the math (use another workdir, or "
-      f"checkpoint.resume=False to start over) (from --config.optimizer.lr=3e-4)\n"))
+      f"checkpoint.resume=False to start over) (from --config.optimizer.lr=0.0003)\n"))
   assert (work / "config.json").read_text() == stored
   assert not (work / "metrics.jsonl").exists()
   assert json.loads(stored)["optimizer"]["lr"] == 1e-4

@@ -28,8 +28,10 @@ def test_config_flags_set_both_methods_after_the_jobs_own(tmp_path):
     ("--config.optimizer.lrr=1", "config error: --config.optimizer.lrr=1: no config field "
      "'optimizer.lrr' (did you mean 'optimizer.lr'?)"),
     ("--config.optimizer.lr=-1", "config error: optimizer.lr must be > 0, got -1 "
-     "(from --config.optimizer.lr=-1)"),
-], ids=["unknown", "impossible"])
+     "(from --config.optimizer.lr=-1.0)"),
+    ("--config=configs/toy.py:grpo", "usage error: --config: the job picks its config files "
+     "(configs/toy.py, configs/toy3.py); set fields with --config.<field>=<value>"),
+], ids=["unknown", "impossible", "config file"])
 def test_a_bad_config_flag_is_one_line_before_anything_is_built(tmp_path, flag, line):
   proc = subprocess.run([sys.executable, "launch/toy_job.py", "--smoke", "--workdir",
                          str(tmp_path / "w"), flag], cwd=REPO, capture_output=True, text=True,

@@ -36,8 +36,9 @@ def test_unknown_field_names_the_closest(tmp_path):
 
 def test_impossible_value_names_the_field_and_the_flag(tmp_path):
   code, out = train("--config.optimizer.lr=-1e-4", f"--workdir={tmp_path / 'w'}")
+  # The flag as config_flags read it: the value the run got.
   assert out == ("config error: optimizer.lr must be > 0, got -0.0001 "
-                 "(from --config.optimizer.lr=-1e-4)\n")
+                 "(from --config.optimizer.lr=-0.0001)\n")
   assert code == 2 and not (tmp_path / "w").exists()
 
 
