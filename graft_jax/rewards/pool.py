@@ -13,11 +13,11 @@ that creates the pool must guard its entry point with
 
 from __future__ import annotations
 
-import atexit
 import collections
 import dataclasses
 import multiprocessing as mp
 from multiprocessing import connection, forkserver
+from multiprocessing import util as mp_util
 import os
 import signal
 import threading
@@ -324,7 +324,13 @@ class _Run:
         self._on_death(i)
 
 
-@atexit.register
 def _close_live_pools() -> None:
   for pool in list(_live_pools):
     pool.close()
+
+
+# At exit, before multiprocessing terminates and joins the children. Its exit
+# function runs finalizers of priority >= 0 first, in the main process (from atexit)
+# and in a process multiprocessing started (which ends without atexit). The workers
+# ignore SIGTERM, so its `terminate()` alone would leave that join waiting forever.
+mp_util.Finalize(None, _close_live_pools, exitpriority=10)

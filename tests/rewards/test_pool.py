@@ -89,7 +89,7 @@ def test_stop_signals_to_every_process_leave_the_pool_whole():
   the fork server ignore them (the trainer stops the pool once its step is done), so the
   batch scores normally and a worker can still be replaced afterwards."""
   from multiprocessing import forkserver
-  with rewards.VerifierPool(2) as pool:
+  with rewards.VerifierPool(2, chunk_size=1) as pool:
     pids = list(pool.worker_pids)
     server = forkserver._forkserver._forkserver_pid  # pylint: disable=protected-access
     for pid in [*pids, server]:
@@ -101,6 +101,46 @@ def test_stop_signals_to_every_process_leave_the_pool_whole():
     assert stats.worker_restarts == 0 and stats.errors == 0
     assert list(pool.worker_pids) == pids
     os.kill(pids[0], signal.SIGKILL)  # the fork server is alive to replace it
-    got, stats = rewards.score(responses, golds, pool=pool)
-    np.testing.assert_array_equal(got, [1.0, 1.0, 0.0])
+    # Items only sympy settles (no fast path, none cached), one per chunk: both workers get some.
+    roots = [f"\\boxed{{\\sqrt{{{k * k}}}}}" for k in range(11, 17)]
+    got, stats = rewards.score(roots, [str(k) for k in range(11, 17)], pool=pool)
+    np.testing.assert_array_equal(got, np.ones(6))
     assert stats.worker_restarts >= 1 and pids[0] not in pool.worker_pids
+
+
+EXITING_CHILD = '''
+import multiprocessing as mp
+import sys
+
+KEPT = []
+
+def score_and_return():  # leaves its pool open and alive, as a job's worker process may
+    from graft_jax import rewards
+    pool = rewards.VerifierPool(2)
+    KEPT.append(pool)
+    got, _ = rewards.score(["\\\\boxed{\\\\sqrt{9}}"], ["3"], pool=pool)
+    assert got[0] == 1.0
+
+if __name__ == "__main__":
+    sys.path.insert(0, sys.argv[1])
+    child = mp.get_context("spawn").Process(target=score_and_return)
+    child.start()
+    child.join(120)
+    print("exitcode", child.exitcode)
+    if child.exitcode is None:
+        child.kill()
+'''
+
+
+def test_a_process_that_leaves_its_pool_open_still_exits(tmp_path):
+  """multiprocessing ends a process it started by terminating and joining its children;
+  the workers ignore SIGTERM, so the pool must close itself before that join."""
+  import pathlib
+  import subprocess
+  import sys
+  script = tmp_path / "exiting_child.py"
+  script.write_text(EXITING_CHILD)
+  root = pathlib.Path(__file__).resolve().parents[2]
+  out = subprocess.run([sys.executable, str(script), str(root)], capture_output=True,
+                       text=True, timeout=300, cwd=root)
+  assert out.stdout.strip().splitlines()[-1:] == ["exitcode 0"], out.stdout + out.stderr[-2000:]
