@@ -28,7 +28,8 @@ from graft_jax import distributed
 from graft_jax.config import checks as config_checks
 from graft_jax.config import run_config as config_lib
 from graft_jax.outputs import metrics_file, progress, storage
-from graft_jax.train import methods, peer_log, preemption, run_inputs
+from graft_jax.outputs import peer_log
+from graft_jax.train import methods, preemption, run_inputs
 from graft_jax.train.checkpoint import Checkpointer
 from graft_jax.train.data_stream import PromptStream
 from graft_jax.outputs.metrics_writer import MetricsWriter

@@ -12,7 +12,7 @@ import pytest
 from configs import toy
 from graft_jax.config import run_config as config_lib
 from graft_jax.rollout.vllm_sidecar import RequestError
-from graft_jax.train import peer_log
+from graft_jax.outputs import peer_log
 from graft_jax.outputs.metrics_writer import read_jsonl
 from graft_jax.train.collect import collect_all
 from graft_jax.train.policy import make_policy

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import pytest
 
-from graft_jax.train import peer_log
+from graft_jax.outputs import peer_log
 from graft_jax.outputs.metrics_writer import read_jsonl
 from tests.train.kill_child import PHASES, TOO_LONG
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from graft_jax import core
-from graft_jax.train import peer_log
+from graft_jax.outputs import peer_log
 from graft_jax.train.methods.graft import Graft
 from graft_jax.train.replay_source import ReplaySource
 

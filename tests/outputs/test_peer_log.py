@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from graft_jax.train import peer_log
+from graft_jax.outputs import peer_log
 
 VOCAB_HASH = peer_log.vocab_hash({'a': 0, 'b': 1})
 
