@@ -25,7 +25,6 @@ from __future__ import annotations
 import jax
 
 from graft_jax.config import placement
-from graft_jax.config.checks import policy_configs
 
 PHASES = ("sample", "score", "update")
 
@@ -62,22 +61,27 @@ def trainer_devices() -> int:
   return jax.device_count()
 
 
-def sampler_devices(cfg) -> dict[str, int]:
-  """Per model, the devices its sampler occupies."""
-  names = [m.name for m in policy_configs(cfg)]
-  if cfg.engine != "vllm":
-    return dict.fromkeys(names, trainer_devices())
-  if jax.default_backend() == "cpu":
-    return dict.fromkeys(names, 1)
-  return {name: len(gpus) or max(cfg.vllm.tensor_parallel_size, 1)
-          for _, name, gpus in placement.server_gpus(cfg)}
+def sampler_devices(cfg, policies: dict) -> dict[str, int]:
+  """Per policy, the devices its sampler occupies: the trainer's for an in-process
+  sampler; for a vLLM server its GPUs (the placement's, else its tensor-parallel
+  size), or 1 on a CPU."""
+  devices, tp = trainer_devices(), max(cfg.vllm.tensor_parallel_size, 1)
+  on_gpus = cfg.engine == "vllm" and jax.default_backend() != "cpu"
+  servers = {name: len(gpus) or tp for _, name, gpus in placement.server_gpus(cfg)} if on_gpus else {}
+  out = {}
+  for name, p in policies.items():
+    if not getattr(p.engine, "out_of_process", False):
+      out[name] = devices
+    else:
+      out[name] = servers.get(name, tp) if on_gpus else 1
+  return out
 
 
 def step_cost(cfg, policies: dict, metrics: dict) -> dict:
   """The step's ``cost`` metrics (module docstring) from its ``metrics``: ``time`` and
   each updated model's ``update/seq_tokens`` and ``update/seq_tokens_sq_sum``."""
   time_s, devices = metrics["time"], trainer_devices()
-  samplers = sampler_devices(cfg)
+  samplers = sampler_devices(cfg, policies)
   out: dict = {"trainer_devices": devices}
   for name, policy in policies.items():
     if f"{name}/sample_s" not in time_s:  # a model that does not train (replay's logs)
