@@ -70,7 +70,8 @@ def _child(workdir, cache, log, point=None) -> int:
 
 def _rows(workdir):
   drop = lambda r: {k: v for k, v in r.items()
-                    if not k.startswith("time") and not k.endswith("/eval/seconds")}
+                    if not k.startswith("time") and not k.endswith("/eval/seconds")
+                    and not k.endswith("device_s")}  # wall time x devices
   return [drop(r) for r in read_jsonl(workdir / "metrics.jsonl")]
 
 
