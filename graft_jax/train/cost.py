@@ -16,7 +16,7 @@ own timings (``time/...``, `graft_jax.train.step`):
 - ``cost/<model>/update_flops`` (`update_flops`) and the step's sums
   ``cost/device_s`` and ``cost/update_flops``; the device counts beside them.
 
-The metrics writer adds the run's running totals (`graft_jax.outputs.cost`).
+The metrics writer adds the run's running totals (`graft_jax.outputs.cost_totals`).
 Validation is not a training phase and is left out.
 """
 
@@ -25,17 +25,9 @@ from __future__ import annotations
 import jax
 
 from graft_jax.config import placement
+from graft_jax.plan.costs import attn_width, matmul_params
 
 PHASES = ("sample", "score", "update")
-
-
-def matmul_params(mc) -> int:
-  """Parameters a token passes through as a matrix product: per layer the q, k, v, o
-  projections and the three SwiGLU matrices, plus the vocabulary projection (the tied
-  embedding counts once, as the head; the lookup is no product)."""
-  d, hd = mc.hidden_size, mc.head_dim
-  attn = d * mc.num_heads * hd * 2 + d * mc.num_kv_heads * hd * 2
-  return mc.num_layers * (attn + 3 * d * mc.intermediate_size) + d * mc.vocab_size
 
 
 def update_flops(mc, tokens: float, tokens_sq: float) -> float:
@@ -46,13 +38,15 @@ def update_flops(mc, tokens: float, tokens_sq: float) -> float:
   .. math::
       F = 3 \left( 2 P\, \sum_b L_b + 4\, n_{layers} n_{heads} d_{head} \sum_b L_b^2 \right)
 
-  :math:`P` is `matmul_params`; :math:`2P` per token is the forward's matrix
-  products, :math:`2 \cdot 2\, n_{heads} d_{head} L_b` per token and layer the
+  :math:`P` is `graft_jax.plan.costs.matmul_params`; :math:`2P` per token is the
+  forward's matrix products, :math:`2 \cdot 2\, n_{heads} d_{head} L_b` per token and layer the
   scores :math:`QK^\top` and the weighted values (over all :math:`L_b` keys, as
   dense attention computes them), and the backward pass costs twice the forward.
   Norms, activations and the softmax are left out, and so is recomputation under
-  ``remat`` (model FLOPs, not hardware FLOPs)."""
-  attn = 4 * mc.num_layers * mc.num_heads * mc.head_dim
+  ``remat`` (model FLOPs, not hardware FLOPs). The plan's ``train_flops_per_token``
+  halves the attention term for causality; this counts every key, as the update's
+  dense attention computes it."""
+  attn = 4 * mc.num_layers * attn_width(mc)
   return 3.0 * (2.0 * matmul_params(mc) * tokens + attn * tokens_sq)
 
 
