@@ -61,7 +61,8 @@ def sampler_devices(cfg, policies: dict) -> dict[str, int]:
   size), or 1 on a CPU."""
   devices, tp = trainer_devices(), max(cfg.vllm.tensor_parallel_size, 1)
   on_gpus = cfg.engine == "vllm" and jax.default_backend() != "cpu"
-  servers = {name: len(gpus) or tp for _, name, gpus in placement.server_gpus(cfg)} if on_gpus else {}
+  servers = ({name: len(gpus) or tp for _, name, gpus in placement.server_gpus(cfg)}
+             if on_gpus else {})
   out = {}
   for name, p in policies.items():
     if not getattr(p.engine, "out_of_process", False):
