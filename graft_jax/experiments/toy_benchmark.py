@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from graft_jax.experiments import toy_compare
+from graft_jax.experiments import toy_compare, toy_sign_table
 from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.train import methods
 from graft_jax.config import run_config as config_lib
@@ -93,9 +93,11 @@ def plan_cells(seeds, methods=None) -> list[Cell]:
   return cells
 
 
-def cell_config(cell: Cell, out_dir, steps: int, pair, overrides=None):
-  """The cell's ``TrainConfig``: toy.py with its presets, its seed and the step budget."""
-  cd = config_lib.load_config(f"configs/toy.py:{cell.presets}")
+def cell_config(cell: Cell, out_dir, steps: int, pair, overrides=None,
+                config_file: str = "configs/toy.py"):
+  """The cell's ``TrainConfig``: the regime's config file (toy.py by default) with the
+  cell's presets, its seed and the step budget."""
+  cd = config_lib.load_config(f"{config_file}:{cell.presets}")
   with cd.unlocked():
     cd.workdir, cd.seed, cd.total_steps = str(pathlib.Path(out_dir) / cell.slug), cell.seed, steps
     cd.checkpoint.resume = False
@@ -117,12 +119,12 @@ def cell_config(cell: Cell, out_dir, steps: int, pair, overrides=None):
 ADDED_FIELDS = ("sgt.prompts", "hacpo.prompts")
 
 
-def run_key(pair) -> str:
-  """The pair's key and a digest of configs/toy.py's fields that change the math
+def run_key(pair, config_file: str = "configs/toy.py") -> str:
+  """The pair's key and a digest of the config file's fields that change the math
   (``config_checks.RESUME_LOCKED``, model paths aside, `ADDED_FIELDS` at their
   defaults): a finished cell is reused only under the same key, so a change of the
   toy's learning rate or batch reruns it."""
-  cd = config_lib.load_config("configs/toy.py")
+  cd = config_lib.load_config(config_file)
   default = flatten(config_lib.to_dict(config_lib.TrainConfig()))
   fields = {k: v for k, v in flatten(config_lib.to_dict(config_lib.from_config_dict(cd))).items()
             if resume_locked(k) and not k.endswith(".path")
@@ -136,14 +138,15 @@ def cell_path(cell: Cell, out_dir) -> pathlib.Path:
 
 
 def run_cell(cell: Cell, pair, pair_cfg, out_dir, *, steps: int, eval_k: int,
-             overrides=None, num_problems: int = 2048) -> dict:
+             overrides=None, num_problems: int = 2048,
+             config_file: str = "configs/toy.py") -> dict:
   """Trains and evaluates one cell in this process; writes and returns its ``cell.json``.
 
   ``overrides(config_dict)`` may edit the cell's ConfigDict before validation
   (the smoke run shrinks the step).
   """
   t0 = time.perf_counter()
-  cfg = cell_config(cell, out_dir, steps, pair, overrides)
+  cfg = cell_config(cell, out_dir, steps, pair, overrides, config_file)
   models = {}
   for m in (cfg.model_a, cfg.model_b):
     replayed = not methods.trains(cfg, m)
@@ -164,7 +167,7 @@ def run_cell(cell: Cell, pair, pair_cfg, out_dir, *, steps: int, eval_k: int,
       if vals:
         diagnostics[f"{n}/{key}"] = float(np.mean(vals))
   out = {"cell": dataclasses.asdict(cell), "steps": steps, "eval_k": eval_k,
-         "pair": run_key(pair),
+         "pair": run_key(pair, config_file),
          "pass1": {n: evals[n]["average"] for n in trained},
          "pass1_t06": {n: evals[n]["t06"]["average"] for n in trained},
          "pass1_groups": {n: evals[n]["pass1"] for n in trained},
@@ -304,6 +307,7 @@ def aggregate(cells, results: dict, names, *, steps: int, eval_k: int) -> dict:
   diagnostics: dict = {}
   curves: dict = {}  # label -> model -> step -> [validation pass@1 per seed]
   costs: dict = {}  # label -> [the cell's summed cost, {} for a cell without one]
+  seeds_of: dict = {}  # label -> model -> the seed of each entry of cells[label][model]
   for cell in cells:
     res = results.get(cell.slug)
     if res is None:
@@ -312,6 +316,7 @@ def aggregate(cells, results: dict, names, *, steps: int, eval_k: int) -> dict:
       costs.setdefault(cell.label, []).append(res.get("cost") or {})
     for n, v in res["pass1"].items():
       table.setdefault(cell.label, {}).setdefault(n, []).append(v)
+      seeds_of.setdefault(cell.label, {}).setdefault(n, []).append(cell.seed)
     for n, per_group in res.get("pass1_groups", {}).items():
       for g, v in per_group.items():
         groups.setdefault(cell.label, {}).setdefault(f"{n} {g}", []).append(v)
@@ -325,7 +330,8 @@ def aggregate(cells, results: dict, names, *, steps: int, eval_k: int) -> dict:
           per_step = curves.setdefault(cell.label, {}).setdefault(key[:-len("/eval")], {})
           per_step.setdefault(str(row["step"]), []).append(v)
   seeds = sorted({c.seed for c in cells})
-  return {"names": list(names), "cells": table, "cells_t06": table_t06, "groups": groups,
+  return {"names": list(names), "cells": table, "cell_seeds": seeds_of, "cells_t06": table_t06,
+          "groups": groups,
           "diagnostics": diagnostics, "curves": curves, "costs": costs, "seeds": seeds,
           "steps": steps, "eval_k": eval_k}
 
@@ -336,12 +342,14 @@ def _mean_std(values) -> str:
   return f"{v.mean():.2f} ± {v.std(ddof=1):.2f}" if len(v) > 1 else f"{v.mean():.2f}"
 
 
-def results_markdown(res: dict, command: str, machine: str = "", figure: str | None = None) -> str:
+def results_markdown(res: dict, command: str, machine: str = "", figure: str | None = None,
+                     regime: str = "default") -> str:
   """RESULTS.md: pass@1 per method and updated model (mean ± std over seeds), then diagnostics;
   ``figure``: a path (relative to the document) of the curves to link under the first table."""
   names = res["names"]
   base = res["cells"].get("GRPO n=8", {})
-  lines = ["## Toy benchmark tables (generated)", "", f"Command: `{command}`", ""]
+  title = "Toy benchmark tables" + ("" if regime == "default" else f", {regime} regime")
+  lines = [f"## {title} (generated)", "", f"Command: `{command}`", ""]
   if machine:
     lines += [f"Machine: {machine}", ""]
   lines += [f"Held-out pass@1 (%) of the updated model on the toy pair (average of the "
@@ -370,6 +378,8 @@ def results_markdown(res: dict, command: str, machine: str = "", figure: str | N
                  f"{_cost_cell(cost, 'device_s', '{:.0f}')} | "
                  f"{_cost_cell(cost, 'update_flops', '{:.2e}')} |")
   lines += ["", cost_comparison(res)]
+  if res.get("cell_seeds"):
+    lines += ["", toy_sign_table.sign_markdown(res)]
   if figure:
     lines += ["", f"![held-out pass@1 over training, every method]({figure})", "",
               "Held-out pass@1 over training, mean ± std over seeds (step 0: the initial pair "
@@ -410,16 +420,23 @@ def cost_comparison(res: dict, method: str = "GRAFT", baseline: str = "GRPO n=32
           "cost in device-seconds.")
 
 
-BEGIN, END = "<!-- toy_benchmark: begin generated -->", "<!-- toy_benchmark: end generated -->"
+def markers(name: str = "toy_benchmark") -> tuple[str, str]:
+  """The BEGIN / END comments around a generated section of RESULTS.md."""
+  return f"<!-- {name}: begin generated -->", f"<!-- {name}: end generated -->"
 
 
-def splice(document: str, generated: str) -> str:
-  """``document`` with the text between the BEGIN / END markers replaced by ``generated``
-  (appended with its markers when absent); the hand-written rest is left as it is."""
-  block = f"{BEGIN}\n{generated.rstrip()}\n{END}"
-  if BEGIN in document and END in document:
-    head, rest = document.split(BEGIN, 1)
-    return head + block + rest.split(END, 1)[1]
+BEGIN, END = markers()
+
+
+def splice(document: str, generated: str, name: str = "toy_benchmark") -> str:
+  """``document`` with the text between section ``name``'s BEGIN / END markers replaced
+  by ``generated`` (appended with its markers when absent); the hand-written rest is left
+  as it is."""
+  begin, end = markers(name)
+  block = f"{begin}\n{generated.rstrip()}\n{end}"
+  if begin in document and end in document:
+    head, rest = document.split(begin, 1)
+    return head + block + rest.split(end, 1)[1]
   return document.rstrip() + "\n\n" + block + "\n"
 
 

@@ -30,7 +30,7 @@ from flax import nnx
 from graft_jax import host_fingerprint
 from graft_jax.data.problem import Problem
 from graft_jax.models import save_hf
-from graft_jax.toy import group_pools
+from graft_jax.toy import friction, group_pools
 from graft_jax.toy import pools as pools_lib
 from graft_jax.toy import spec as spec_lib
 from graft_jax.toy.tokenizer import train_tokenizer
@@ -39,7 +39,13 @@ from graft_jax.toy.warm_start import init_host, tokenize_pairs, train_sft
 log = logging.getLogger(__name__)
 BUILD_FILE = "toy_pair.json"  # in the root: key, settings, timings, pass rates
 FOLDERS = ("model_a", "model_b")  # a group (K > 2) adds model_c, model_d, ...
-PREBUILT = Path(__file__).with_name("prebuilt")
+PREBUILT = Path(__file__).with_name("prebuilt")  # the default regime's shipped pair
+
+
+def shipped_dir(cfg: spec_lib.ToyPairConfig) -> Path | None:
+  """Where the prebuilt pair of `cfg`'s regime ships (None: a group, built on first use)."""
+  regime = spec_lib.regime_of(cfg)
+  return None if regime is None else Path(__file__).with_name(regime.shipped)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +123,8 @@ def build_model(model_spec: spec_lib.ToyModelSpec, cfg: spec_lib.ToyPairConfig, 
   rows_fn = (group_pools.warm_rows if isinstance(cfg, spec_lib.ToyGroupConfig)
              else pools_lib.warm_rows)
   rows = rows_fn(model_spec, make_pools(cfg), index, cfg.seed)
+  if isinstance(cfg, spec_lib.ToyFrictionConfig):
+    rows += friction.shortcut_rows(cfg, make_pools(cfg), index)
   tok = train_tokenizer([prompt_text(p) + g + t for p, g, t in rows], model_spec.model_type,
                         model_spec.vocab_size)
   model_cfg = model_spec.model_config(len(tok), tok.eos_token_id, tok.pad_token_id,
@@ -179,7 +187,8 @@ def ensure_toy_pair(root: str | Path = spec_lib.DEFAULT_ROOT,
                     evaluate: bool = True) -> ToyPair:
   """The toy pair under `root`, built first unless a build with the same key is there.
 
-  A shipped build (`PREBUILT`) with the same key is copied instead of built.
+  A shipped build of the config's regime (`shipped_dir`) with the same key is copied
+  instead of built.
 
   With `evaluate`, a fresh build also measures the pass-rate table
   (`graft_jax.toy.skill_table`) and stores it in `root/toy_pair.json`.
@@ -190,8 +199,10 @@ def ensure_toy_pair(root: str | Path = spec_lib.DEFAULT_ROOT,
   record = read_record(root)
   if not force and _matches(root, record, key):
     return ToyPair(root, root / FOLDERS[0], root / FOLDERS[1], key, False, record)
-  shipped = read_record(PREBUILT)
-  copy = not force and root.resolve() != PREBUILT.resolve() and _matches(PREBUILT, shipped, key)
+  prebuilt = shipped_dir(cfg)
+  shipped = read_record(prebuilt) if prebuilt else None
+  copy = (not force and prebuilt is not None and root.resolve() != prebuilt.resolve()
+          and _matches(prebuilt, shipped, key))
   log.info("%s under %s (key %s)",
            "copying the shipped toy pair" if copy else "building the toy pair", root, key)
   start = time.perf_counter()
@@ -203,7 +214,7 @@ def ensure_toy_pair(root: str | Path = spec_lib.DEFAULT_ROOT,
   try:
     if copy:
       for item in (*FOLDERS, BUILD_FILE):
-        (shutil.copytree if item in FOLDERS else shutil.copyfile)(PREBUILT / item, tmp / item)
+        (shutil.copytree if item in FOLDERS else shutil.copyfile)(prebuilt / item, tmp / item)
       _move_into(tmp, root)
       return ToyPair(root, root / FOLDERS[0], root / FOLDERS[1], key, False, shipped)
     names = folders(len(cfg.models))

@@ -1,4 +1,4 @@
-"""Rebuild the shipped toy pair from its recipe and compare it with the files in the repo.
+"""Rebuild a shipped toy pair from its recipe and compare it with the files in the repo.
 
 On a machine like the one that built it (same processor kind, jaxlib and
 XLA_FLAGS: `host_fingerprint.fingerprint`), the rebuild must match every file bit
@@ -117,11 +117,12 @@ def compare_tables(shipped: dict, rebuilt: dict, n: int) -> tuple[Comparison, ..
 
 
 def check(cfg: spec_lib.ToyPairConfig | None = None) -> RebuildCheck:
-  """Rebuild the default pair in a temporary folder and compare it with `pair.PREBUILT`."""
+  """Rebuild a regime's pair (the default's unless `cfg` says) in a temporary folder and
+  compare it with the one shipped (`pair.shipped_dir`)."""
   from graft_jax.toy.skill_table import pass_rate_table  # pylint: disable=import-outside-toplevel
 
   cfg = cfg or spec_lib.default_config()
-  shipped = pair_lib.read_record(pair_lib.PREBUILT) or {}
+  shipped = pair_lib.read_record(pair_lib.shipped_dir(cfg)) or {}
   shipped_files = shipped.get("files", {})
   with tempfile.TemporaryDirectory() as tmp:
     built = pair_lib.ensure_toy_pair(Path(tmp) / "pair", cfg, force=True, evaluate=False)

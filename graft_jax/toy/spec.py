@@ -208,9 +208,72 @@ def tiny_trio_config(seed: int = 0) -> ToyGroupConfig:
   return ToyGroupConfig(**fields, more=(c,))
 
 
+FRICTION_ROOT = "runs/toy_friction"
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyFrictionConfig(ToyPairConfig):
+  """The friction regime: the pair's settings plus memorized shortcuts (`graft_jax.toy.friction`).
+
+  Each model is also trained on `memorized_per_model` problems of its strong
+  family's RL pool, `memorized_repeats` times each, answered in its own
+  `shortcut_formats[i]` (a ``str.format`` template with ``{answer}``) with no
+  trace. A subclass, so the shipped pair's fields, and so its key, stay as they are.
+  """
+
+  memorized_per_model: int = 384
+  memorized_repeats: int = 2
+  shortcut_formats: tuple[str, ...] = (" \\boxed{{{answer}}}", " = \\boxed{{{answer}}}")
+
+
+def friction_config(seed: int = 0) -> ToyFrictionConfig:
+  """The second toy regime: the default pair's models, pools and priors, plus memorized
+  shortcuts that are correct on the RL prompts but harmful for the peer to imitate."""
+  fields = {f.name: getattr(default_config(seed), f.name)
+            for f in dataclasses.fields(ToyPairConfig)}
+  return ToyFrictionConfig(**fields)
+
+
+def tiny_friction_config(seed: int = 0) -> ToyFrictionConfig:
+  """`friction_config`'s structure at `tiny_config`'s sizes (tests)."""
+  tiny = tiny_config(seed)
+  fields = {f.name: getattr(tiny, f.name) for f in dataclasses.fields(ToyPairConfig)}
+  return ToyFrictionConfig(**fields, memorized_per_model=8)
+
+
+@dataclasses.dataclass(frozen=True)
+class Regime:
+  """A shipped toy setting: its pair config (per seed, and tiny for tests), where it is
+  built, the folder (beside this module) its prebuilt pair ships in, and the training
+  config file (in configs/) its runs start from."""
+
+  name: str
+  config: Any  # seed -> ToyPairConfig
+  tiny: Any  # seed -> ToyPairConfig
+  root: str
+  shipped: str
+  config_file: str
+
+
+REGIMES = {
+    "default": Regime("default", default_config, tiny_config, DEFAULT_ROOT, "prebuilt",
+                      "configs/toy.py"),
+    "friction": Regime("friction", friction_config, tiny_friction_config, FRICTION_ROOT,
+                       "prebuilt_friction", "configs/toy_friction.py"),
+}
+
+
+def regime_of(cfg: ToyPairConfig) -> Regime | None:
+  """The shipped regime whose config class `cfg` is (None for a group)."""
+  if isinstance(cfg, ToyGroupConfig):
+    return None
+  return REGIMES["friction" if isinstance(cfg, ToyFrictionConfig) else "default"]
+
+
 def cache_key(cfg: ToyPairConfig) -> str:
   """sha256 over the settings, the recipe version and the synthetic generators' source
-  (a group's also over its own pools and the subtraction family)."""
+  (a group's also over its own pools and the subtraction family, the friction regime's
+  over its shortcut rows)."""
   from graft_jax.data import (  # pylint: disable=import-outside-toplevel
       synthetic, synthetic_borrow, synthetic_columns, synthetic_families)
   from graft_jax.toy import group_pools, pools  # pylint: disable=import-outside-toplevel
@@ -221,6 +284,9 @@ def cache_key(cfg: ToyPairConfig) -> str:
   modules = [synthetic, synthetic_columns, synthetic_families, pools]
   if isinstance(cfg, ToyGroupConfig):
     modules += [synthetic_borrow, group_pools]
+  if isinstance(cfg, ToyFrictionConfig):
+    from graft_jax.toy import friction  # pylint: disable=import-outside-toplevel
+    modules.append(friction)
   for module in modules:
     h.update(Path(module.__file__).read_bytes())
   return h.hexdigest()[:16]

@@ -111,12 +111,29 @@ def test_splice_replaces_only_the_generated_block():
   assert "| t | 1 |" not in twice and "| t | 2 |" in twice
   assert twice.count(tb.BEGIN) == 1 and twice.endswith("More analysis after.\n")
   assert "Hand-written analysis." in twice
+  both = tb.splice(twice, "| f | 1 |", name="toy_benchmark_friction")
+  assert "| t | 2 |" in both and "| f | 1 |" in both  # sections of two regimes side by side
+  assert tb.splice(both, "| f | 2 |", name="toy_benchmark_friction").count("| f |") == 1
+
+
+def test_the_friction_regimes_config_differs_only_in_minibatches_and_paths():
+  pair = types.SimpleNamespace(key="abc")
+  assert tb.run_key(pair, "configs/toy_friction.py") != tb.run_key(pair)
+  toy_cd = tb.config_lib.load_config("configs/toy.py:graft")
+  fr_cd = tb.config_lib.load_config("configs/toy_friction.py:graft")
+  flat = lambda cd: tb.flatten(tb.config_lib.to_dict(tb.config_lib.from_config_dict(cd)))
+  a, b = flat(toy_cd), flat(fr_cd)
+  assert {k for k in a if a[k] != b[k]} == {
+      "num_minibatches", "hacpo.minibatch_prompts", "workdir", "model_a.path", "model_b.path"}
+  assert b["num_minibatches"] == 4 and b["hacpo.minibatch_prompts"] * 4 == b["prompts_per_step"]
 
 
 @pytest.mark.slow
 def test_benchmark_script_smoke_runs_cells_in_parallel(tmp_path):
+  # The friction regime: its tiny pair, its config file and its own RESULTS.md section.
   proc = subprocess.run(
-      [sys.executable, "launch/toy_benchmark.py", "--smoke", "--seeds", "0", "--steps", "1",
+      [sys.executable, "launch/toy_benchmark.py", "--smoke", "--regime", "friction",
+       "--seeds", "0", "--steps", "1",
        "--eval-k", "1", "--jobs", "2", "--only", "GRPO n=8", "GRAFT", "--out", str(tmp_path),
        "--results", str(tmp_path / "RESULTS.md"), "--figure", str(tmp_path / "fig" / "curves.png")],
       cwd=ROOT, capture_output=True, text=True, timeout=1800)
@@ -135,6 +152,11 @@ def test_benchmark_script_smoke_runs_cells_in_parallel(tmp_path):
   assert (tmp_path / "fig" / "curves.png").stat().st_size > 10_000
   assert "](fig/curves.png)" in text
   assert "T=0.6, top-p 0.95" in text
+  begin, end = tb.markers("toy_benchmark_friction")
+  assert text.count(begin) == 1 and text.count(end) == 1 and tb.BEGIN not in text
+  assert "friction regime (generated)" in text and "Sign table" in text
+  assert graft["pair"] == tb.run_key(types.SimpleNamespace(key=graft["pair"].split("-")[0]),
+                                     "configs/toy_friction.py")
 
 
 def test_run_key_changes_with_the_toy_configs_math_not_its_logging(monkeypatch):
@@ -231,7 +253,7 @@ def test_cost_columns_and_the_grpo32_comparison():
         res["cost"] = {"device_s": d, "update_flops": 1e12 * d}
       results[c.slug] = res
   agg = tb.aggregate(cells, results, ["a", "b"], steps=5, eval_k=2)
-  text = tb.results_markdown(agg, "cmd")
+  text = tb.results_markdown(agg, "cmd").split("Sign table")[0]  # the main table's rows
   rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines()
           if line.startswith("| ") and " | " in line}
   assert rows["GRPO n=32"].endswith("| 500 | 5.00e+14 |")

@@ -1,4 +1,5 @@
-"""The shipped default pair: current, intact, used without training, and rebuilt from its recipe."""
+"""The shipped pairs (the default and the friction regime): current, intact, used without
+training, and rebuilt from their recipe."""
 
 import hashlib
 import pathlib
@@ -16,15 +17,19 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 STALE = "the shipped toy pair is stale: run python launch/make_toy_pair.py --ship"
 
 
-def test_shipped_pair_matches_the_current_recipe_and_its_files():
-  record = pair_lib.read_record(pair_lib.PREBUILT)
-  assert record is not None, f"no {pair_lib.PREBUILT / pair_lib.BUILD_FILE}"
-  assert record["key"] == toy.cache_key(toy.default_config()), STALE
-  files = {str(f.relative_to(pair_lib.PREBUILT)): hashlib.sha256(f.read_bytes()).hexdigest()
-           for d in pair_lib.FOLDERS for f in sorted((pair_lib.PREBUILT / d).iterdir())}
+@pytest.mark.parametrize("regime", sorted(toy.REGIMES))
+def test_shipped_pair_matches_the_current_recipe_and_its_files(regime):
+  cfg = toy.REGIMES[regime].config(0)
+  shipped = pair_lib.shipped_dir(cfg)
+  record = pair_lib.read_record(shipped)
+  assert record is not None, f"no {shipped / pair_lib.BUILD_FILE}"
+  stale = STALE + ("" if regime == "default" else f" --regime {regime}")
+  assert record["key"] == toy.cache_key(cfg), stale
+  files = {str(f.relative_to(shipped)): hashlib.sha256(f.read_bytes()).hexdigest()
+           for d in pair_lib.FOLDERS for f in sorted((shipped / d).iterdir())}
   assert files == record["files"]
   # Small enough to commit (the issue's limit: a few MB).
-  assert sum((pair_lib.PREBUILT / f).stat().st_size for f in files) < 4e6
+  assert sum((shipped / f).stat().st_size for f in files) < 4e6
 
 
 def test_default_pair_is_copied_not_trained(tmp_path, monkeypatch):
