@@ -221,8 +221,8 @@ class ToyFrictionConfig(ToyPairConfig):
   trace. A subclass, so the shipped pair's fields, and so its key, stay as they are.
   """
 
-  memorized_per_model: int = 384
-  memorized_repeats: int = 2
+  memorized_per_model: int = 128
+  memorized_repeats: int = 6
   shortcut_formats: tuple[str, ...] = (" \\boxed{{{answer}}}", " = \\boxed{{{answer}}}")
 
 
