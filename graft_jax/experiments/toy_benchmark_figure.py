@@ -35,6 +35,15 @@ def series(res: dict, label: str, name: str):
           np.array([v.std(ddof=1) if len(v) > 1 else 0.0 for v in vals]))
 
 
+def line_styles(labels) -> dict:
+  """A (colour, line style) per label, the same in every panel and no two alike.
+
+  Ten colours, then the same ten dashed: a legend past ten entries would
+  otherwise repeat a colour (GRAFT and one of its ablations drawn alike).
+  """
+  return {label: (f"C{i % 10}", "-" if i < 10 else "--") for i, label in enumerate(labels)}
+
+
 def plot(res: dict, path) -> pathlib.Path | None:
   """Writes the PNG to ``path``; None (nothing written) when no cell has a curve."""
   if not any(res.get("curves", {}).values()):
@@ -47,6 +56,7 @@ def plot(res: dict, path) -> pathlib.Path | None:
   ablations = [label for label in res["cells"]
                if label not in METHOD_ROW and label != tb.INITIAL]
   rows = (("methods", METHOD_ROW), ("GRAFT's ablations", (*REFERENCE, *ablations)))
+  styles = line_styles([*METHOD_ROW, *ablations])
   fig, axes = plt.subplots(len(rows), len(names), figsize=(6.4 * len(names), 9.5),
                            squeeze=False)
   seeds = ("seeds " if len(res["seeds"]) > 1 else "seed ") + ", ".join(map(str, res["seeds"]))
@@ -59,9 +69,10 @@ def plot(res: dict, path) -> pathlib.Path | None:
           continue
         steps, mean, std = s
         bold = label in REFERENCE
-        (line,) = ax.plot(steps, mean, marker="o" if bold else ".", lw=2.2 if bold else 1.2,
-                          label=label)
-        ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.12)
+        color, dash = styles[label]
+        ax.plot(steps, mean, marker="o" if bold else ".", lw=2.2 if bold else 1.2,
+                color=color, linestyle=dash, label=label)
+        ax.fill_between(steps, mean - std, mean + std, color=color, alpha=0.12)
       ax.set_title(f"{name} ({title}): held-out pass@1 at T=1 (%)")
       ax.set_xlabel("training step (0: initial pair, full held-out set)")
       ax.legend(fontsize=7, ncol=2)

@@ -199,6 +199,14 @@ def test_figure_series_starts_at_the_initial_cell_and_averages_seeds():
   assert fig.series(res, "HACPO", "a") is None
 
 
+def test_figure_draws_no_two_labels_alike():
+  from graft_jax.experiments import toy_benchmark_figure as fig
+  labels = [f"row {i}" for i in range(17)]  # the friction benchmark draws 17
+  styles = fig.line_styles(labels)
+  assert len(set(styles.values())) == len(labels)
+  assert styles["row 0"] == fig.line_styles(["row 0", "other"])["row 0"]
+
+
 def test_finished_cells_are_recorded_and_reused_from_the_record(tmp_path):
   cells = tb.plan_cells([0], {"GRPO n=8": "grpo8", "GRAFT": "graft"})
   record = tmp_path / "record"
