@@ -36,12 +36,15 @@ def series(res: dict, label: str, name: str):
 
 
 def line_styles(labels) -> dict:
-  """A (colour, line style) per label, the same in every panel and no two alike.
+  """A (colour, line style) per label, the same in every panel; no two alike up to 40.
 
-  Ten colours, then the same ten dashed: a legend past ten entries would
-  otherwise repeat a colour (GRAFT and one of its ablations drawn alike).
+  Ten colours, then the same ten in the next line style: a legend past ten
+  entries would otherwise repeat a colour (GRAFT and one of its ablations drawn
+  alike).
   """
-  return {label: (f"C{i % 10}", "-" if i < 10 else "--") for i, label in enumerate(labels)}
+  dashes = ("-", "--", ":", "-.")
+  return {label: (f"C{i % 10}", dashes[i // 10 % len(dashes)])
+          for i, label in enumerate(labels)}
 
 
 def plot(res: dict, path) -> pathlib.Path | None:

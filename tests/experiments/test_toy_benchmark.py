@@ -201,7 +201,7 @@ def test_figure_series_starts_at_the_initial_cell_and_averages_seeds():
 
 def test_figure_draws_no_two_labels_alike():
   from graft_jax.experiments import toy_benchmark_figure as fig
-  labels = [f"row {i}" for i in range(17)]  # the friction benchmark draws 17
+  labels = [f"row {i}" for i in range(40)]  # the friction benchmark draws 17
   styles = fig.line_styles(labels)
   assert len(set(styles.values())) == len(labels)
   assert styles["row 0"] == fig.line_styles(["row 0", "other"])["row 0"]
