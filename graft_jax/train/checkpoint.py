@@ -10,6 +10,12 @@ writing when the free space is visibly short. In a multi-process run every
 process calls `save` and `restore` (orbax writes and reads each process's
 shards; process 0 the metadata), and only process 0 sets interrupted saves
 aside, the others waiting for it.
+
+With ``async_save``, ``save`` returns once the state is copied to host memory
+(the device buffers may then be donated to the next update) and orbax writes
+and commits it in a thread; the next ``save``, ``steps`` or ``wait`` waits for
+that commit and reports a failure of it. A kill during the write leaves an
+uncommitted folder, set aside at the next start like any interrupted save.
 """
 
 from __future__ import annotations
@@ -91,7 +97,9 @@ class Checkpointer:
       raise fault from e
 
   def steps(self) -> list[int]:
-    """Committed steps, ascending."""
+    """Committed steps, ascending, once the saves in flight have committed (a listing read
+    from disk meanwhile would drop them from orbax's own, which its keep-last-N reads)."""
+    self.wait()
     self._manager.reload()
     return sorted(s for s in self._manager.all_steps()
                   if self._committed(s))

@@ -18,7 +18,7 @@ from graft_jax.sharding import (describe_mesh, format_bytes, make_mesh,
                                 max_bytes_per_device)
 from graft_jax.config.run_config import ConfigError, check_paths, policy_configs
 from graft_jax.train.update import micro_batch_budget
-from graft_jax.train import methods, run_inputs
+from graft_jax.train import methods, preflight, run_inputs
 from graft_jax.config import placement as config_placement
 from graft_jax.train.trainer import Trainer, config_reward, make_reward_pool
 from graft_jax.train.validation import Validator
@@ -62,9 +62,10 @@ def start_processes(cfg) -> bool:
   """Applies the trainer's placement (``jax_devices``, its memory share from
   `config_placement.trainer_fraction`) and its compilation cache
   (``perf.compile_cache_dir``), joins the other processes of a multi-process run
-  (``graft_jax.distributed``), and checks the placement against this node's GPUs
-  (`config_placement.check_start`); call it before anything touches a JAX device.
-  Returns whether the run is multi-process."""
+  (``graft_jax.distributed``), and checks this node: its GPUs, JAX backend, vLLM
+  build, NCCL versions and /dev/shm room (`preflight.check`), then the placement
+  against its GPUs (`config_placement.check_start`); call it before anything touches
+  a JAX device, the workdir or the data. Returns whether the run is multi-process."""
   compile_cache.enable(cfg.perf.compile_cache_dir)
   fraction = str(config_placement.trainer_fraction(cfg))
   before = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
@@ -72,9 +73,10 @@ def start_processes(cfg) -> bool:
     log.warning("XLA_PYTHON_CLIENT_MEM_FRACTION=%s replaced by the placement's %s "
                 "(set xla_mem_fraction to choose it)", before, fraction)
   os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = fraction
-  if cfg.jax_devices:
+  if cfg.jax_devices:  # CUDA ordinals: indices into the inherited CUDA_VISIBLE_DEVICES
     jax.config.update("jax_cuda_visible_devices", ",".join(map(str, cfg.jax_devices)))
   multi = distributed.initialize(cfg.distributed)
+  preflight.check(cfg, preflight.Host.detect(cfg))
   gpus = config_placement.visible_gpus()
   config_placement.check_start(cfg, gpus=gpus, device_bytes=gpu_bytes() if gpus else None,
                                footprints=placement_footprints(cfg))
@@ -165,12 +167,13 @@ def sync_backend(cfg) -> str:
 def placement_options(cfg, name: str) -> dict:
   """``SidecarOptions`` fields that place the server of policy ``name``: its bind address and,
   with its ``vllm.gpus`` entry (`config_placement.server_gpus`), ``CUDA_VISIBLE_DEVICES``
-  and a tensor-parallel size of one per GPU."""
+  (the inherited one's entries those ids index, `config_placement.physical_gpus`) and a
+  tensor-parallel size of one per GPU."""
   gpus = next(g for _, n, g in config_placement.server_gpus(cfg) if n == name)
   out = {"host": cfg.vllm.host}
   if gpus:
     out["tensor_parallel_size"] = len(gpus)
-    out["env"] = (("CUDA_VISIBLE_DEVICES", ",".join(map(str, gpus))),)
+    out["env"] = (("CUDA_VISIBLE_DEVICES", ",".join(config_placement.physical_gpus(gpus))),)
   return out
 
 
@@ -179,7 +182,7 @@ def vllm_engine_settings(v) -> dict:
   return dict(check_every=v.check_every, probe_tolerance=v.probe_tolerance or None,
               max_restarts=v.max_restarts, request_timeout_s=v.request_timeout_s,
               health_every_s=v.health_every_s, max_concurrency=v.max_concurrency,
-              weight_sync=v.weight_sync)
+              weight_sync=v.weight_sync, sync_timeout_s=v.sync_timeout_s)
 
 
 def attach_engines(trainer: Trainer, make_engine) -> None:

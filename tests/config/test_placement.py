@@ -202,6 +202,18 @@ def test_visible_gpus_read_cuda_visible_devices_then_the_driver(tmp_path):
   assert config_placement.visible_gpus({}, tmp_path) == 4
 
 
+def test_gpu_ids_index_into_the_inherited_cuda_visible_devices(monkeypatch):
+  # A job given GPUs 4-7 calls them 0-3; its servers must land on 4-7.
+  cfg = cfg_of("vllm.gpus.model_a=(0, 1)", "vllm.gpus.model_b=(3,)", "jax_devices=(2,)")
+  monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+  assert setup.placement_options(cfg, cfg.model_a.name)["env"] == (
+      ("CUDA_VISIBLE_DEVICES", "4,5"),)
+  assert setup.placement_options(cfg, cfg.model_b.name)["env"] == (("CUDA_VISIBLE_DEVICES", "7"),)
+  uuids = {"CUDA_VISIBLE_DEVICES": "GPU-aa, GPU-bb"}
+  assert config_placement.physical_gpus((1,), uuids) == ("GPU-bb",)
+  assert config_placement.physical_gpus((1, 2), {}) == ("1", "2")  # unset: the driver's ids
+
+
 def test_the_run_stops_on_a_bad_placement_before_any_model_loads(monkeypatch, tmp_path):
   # The model folders do not exist: the placement check must stop the run first.
   monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")

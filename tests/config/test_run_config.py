@@ -175,7 +175,8 @@ INVALID = [
      'vllm.gpu_memory_utilization must be in (0, 1], got 1.5'),
     (dict(vllm__max_restarts=-1), 'vllm.max_restarts must be >= 0, got -1'),
     (dict(vllm__health_every_s=0.0), 'vllm.health_every_s must be > 0, got 0'),
-    (dict(vllm__max_concurrency=0), 'vllm.max_concurrency must be >= 1, got 0'),
+    (dict(vllm__max_concurrency=-1), 'vllm.max_concurrency must be >= 0, got -1'),
+    (dict(vllm__sync_timeout_s=0.0), 'vllm.sync_timeout_s must be > 0, got 0'),
     (dict(vllm__probe_tolerance=-1e-3), 'vllm.probe_tolerance must be >= 0'),
     (dict(engine='vllm', vllm__max_model_len=4096),
      'vllm.max_model_len (4096) must be 0 or >= max_prompt_len + '
@@ -323,11 +324,13 @@ def test_vllm_engine_settings_follow_the_config():
   from graft_jax.rollout.vllm_engine import VLLMEngine
   from graft_jax.train.setup import vllm_engine_settings
   d = _with(vllm__check_every=3, vllm__probe_tolerance=0.0, vllm__max_restarts=5,
-            vllm__request_timeout_s=60.0, vllm__health_every_s=2.5, vllm__max_concurrency=7)
+            vllm__request_timeout_s=60.0, vllm__health_every_s=2.5, vllm__max_concurrency=7,
+            vllm__sync_timeout_s=30.0)
   got = vllm_engine_settings(config_lib.from_config_dict(d).vllm)
   assert got == dict(check_every=3, probe_tolerance=None, max_restarts=5,
                      request_timeout_s=60.0, health_every_s=2.5, max_concurrency=7,
-                     weight_sync='auto')  # setup.sync_backend resolves it per run
+                     weight_sync='auto',  # setup.sync_backend resolves it per run
+                     sync_timeout_s=30.0)
   d['vllm']['probe_tolerance'] = 0.01
   assert vllm_engine_settings(config_lib.from_config_dict(d).vllm)['probe_tolerance'] == 0.01
   params = inspect.signature(VLLMEngine).parameters

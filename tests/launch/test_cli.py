@@ -42,6 +42,16 @@ def test_one_line_labels_and_exit_codes(exc, line, code):
   assert cli.exit_code(exc) == code and cli.is_project_error(exc)
 
 
+def test_each_preflight_failure_is_a_line_of_its_own():
+  from graft_jax.train.preflight import PreflightError
+  exc = PreflightError([config_checks.ConfigError("GPU 3 is not the job's", field="n"),
+                        config_checks.ConfigError("/dev/shm has 0.06 GiB free:\nmore room")])
+  assert cli.one_line(exc, {"n": "--config.n=3"}).splitlines() == [
+      "preflight error: GPU 3 is not the job's (from --config.n=3)",
+      "preflight error: /dev/shm has 0.06 GiB free: more room"]
+  assert cli.exit_code(exc) == cli.USAGE_EXIT  # nothing ran
+
+
 def test_other_errors_are_bugs_and_keep_their_traceback():
   assert not cli.is_project_error(KeyError("x"))
   assert not cli.is_project_error(ValueError("x"))

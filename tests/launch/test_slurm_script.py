@@ -89,6 +89,12 @@ def test_a_finished_run_exits_with_its_code(fake_slurm, tmp_path):
   assert code == 0 and _read(fake_slurm, "scontrol.log") == [], out
 
 
+def test_a_pair_asks_for_one_node_unless_told_more():
+  directives = [line.split()[1] for line in SCRIPT.read_text().splitlines()
+                if line.startswith("#SBATCH")]
+  assert "--nodes=1" in directives and "--gpus-per-node=4" in directives
+
+
 def test_the_repository_comes_from_graft_repo_or_one_clear_line(fake_slurm, tmp_path):
   fake_slurm["SLURM_SUBMIT_DIR"] = str(tmp_path)  # submitted from elsewhere
   code, out = _submit(fake_slurm, tmp_path)

@@ -1,5 +1,7 @@
 """ModelConfig: reading transformers configs, presets, and the HF dict round trip."""
 
+import json
+
 import pytest
 import transformers
 
@@ -45,6 +47,29 @@ def test_transformers_accepts_our_dict():
   hf = transformers.AutoConfig.for_model(**ModelConfig.llama3p2_3b().to_hf_config())
   assert hf.rope_parameters["rope_type"] == "llama3"
   assert hf.num_key_value_heads == 8 and hf.tie_word_embeddings
+
+
+def _read_back(folder, hf: dict):
+  (folder / "config.json").write_text(json.dumps(hf))
+  return transformers.AutoConfig.from_pretrained(folder)
+
+
+@pytest.mark.parametrize("preset, theta, scaling", [
+    ("smollm3_3b", 5e6, None), ("qwen3_1p7b", 1e6, None),
+    ("llama3p2_3b", 5e5, {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+])
+def test_config_json_carries_both_rope_layouts(preset, theta, scaling, tmp_path):
+  # A reader of either layout gets the model's theta, not transformers' 1e4 default.
+  hf = getattr(ModelConfig, preset)().to_hf_config()
+  assert hf["rope_theta"] == theta and hf["rope_scaling"] == scaling
+  (tmp_path / "both").mkdir()
+  read = _read_back(tmp_path / "both", hf)
+  assert read.rope_parameters["rope_theta"] == theta
+  # The pre-5 keys alone carry the same RoPE: transformers turns them into rope_parameters.
+  (tmp_path / "legacy").mkdir()
+  legacy = _read_back(tmp_path / "legacy", {k: v for k, v in hf.items() if k != "rope_parameters"})
+  assert legacy.rope_parameters == read.rope_parameters
 
 
 @pytest.mark.parametrize("bad, match", [

@@ -34,6 +34,19 @@ def test_written_tensors_equal_the_checkpoint_cast_by_numpy(ckpt, tmp_path, dtyp
   assert config["torch_dtype" if "torch_dtype" in config else "dtype"] == dtype
 
 
+def test_the_pushed_config_reads_the_sources_rope_in_either_layout(ckpt, tmp_path):
+  model, _ = load_hf(ckpt.path)
+  vllm_sync.write_weights(model, tmp_path / "push", "bfloat16")
+  source = transformers.AutoConfig.from_pretrained(ckpt.path).rope_parameters
+  assert transformers.AutoConfig.from_pretrained(tmp_path / "push").rope_parameters == source
+  config = json.loads((tmp_path / "push" / "config.json").read_text())
+  assert config["rope_theta"] == source["rope_theta"]  # for a transformers that reads this key
+  del config["rope_parameters"]
+  (tmp_path / "legacy").mkdir()
+  (tmp_path / "legacy" / "config.json").write_text(json.dumps(config))
+  assert transformers.AutoConfig.from_pretrained(tmp_path / "legacy").rope_parameters == source
+
+
 def test_bucket_size_changes_nothing(ckpt, tmp_path):
   model, _ = load_hf(ckpt.path)
   vllm_sync.write_weights(model, tmp_path / "one_per_tensor", "bfloat16", bucket_bytes=1)

@@ -7,11 +7,14 @@ itself, from JAX device buffers, without torch or vLLM in this process.
 Modules: ``plan`` (which tensors, in which order and buckets), ``protocol``
 (request bodies and the HTTP client), ``device`` (on-device cast, packing,
 DLPack pointers), ``nccl`` / ``cuda`` (ctypes bindings), ``ipc_handle``,
-``base`` (what both senders share), ``nccl_sender``, ``ipc_sender``, and
+``base`` (what both senders share), ``deadline`` (every wait of a push under
+one time limit), ``nccl_sender``, ``ipc_sender``, and
 ``make_sender`` below, the one entry point (``VLLMEngine`` calls it).
 """
 
 from __future__ import annotations
+
+from graft_jax.rollout.weight_transfer.deadline import SyncAborted
 
 BACKENDS = ("nccl", "ipc")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 
 IPC_HANDLE_BYTES = 64  # CU_IPC_HANDLE_SIZE
+NOT_READY = 600  # CUDA_ERROR_NOT_READY
 
 
 class _IpcHandle(ctypes.Structure):
@@ -50,6 +51,16 @@ class Driver:
     """Waits for everything queued on this driver's stream."""
     self.current()
     self._check(self.lib.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+
+  def idle(self) -> bool:
+    """Whether everything queued on this driver's stream has run (``cuStreamQuery``): the
+    non-blocking form of `synchronize`, for waits that must be able to give up."""
+    self.current()
+    status = self.lib.cuStreamQuery(self.stream)
+    if status == NOT_READY:
+      return False
+    self._check(status, "cuStreamQuery")
+    return True
 
   def alloc(self, nbytes: int) -> int:
     """A raw allocation, outside XLA's pool: the only memory we may export by IPC handle."""
