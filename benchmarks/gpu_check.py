@@ -16,6 +16,12 @@ every block rematerialised, blocks under a scan) at rows of 4,096 and 8,192 toke
   at ``--hbm_tbps`` (`graft_jax.plan.costs`);
 - parity: a 2-layer slice's log-probs and gradient under each attention
   implementation against 'dense' (bf16 compute, a left-padded row).
+- nccl_local (only when named): the NCCL weight push's library, a 1-rank
+  communicator, a broadcast and the staging of a SmolLM3-size push
+  (``benchmarks/gpu_check_nccl.py``).
+- step and sampler_window (only when named): a 3-step GRAFT run of two random-weight
+  models beside the plan's prediction per phase, and decode seconds per step at two
+  cache windows (``benchmarks/gpu_check_step.py``).
 
 Each section runs on its own and prints one line per figure; a section that fails
 prints one line saying why and the rest still run. ``--json`` writes every figure.
@@ -45,6 +51,9 @@ from graft_jax.models.decoder import init_model
 from graft_jax.plan import costs
 from graft_jax.plan import memory as plan_memory
 
+from benchmarks import gpu_check_nccl
+from benchmarks import gpu_check_step
+
 _DRY = flags.DEFINE_bool("dry", False, "tiny model and lengths, any backend (a CPU smoke run)")
 _LENGTHS = flags.DEFINE_list("lengths", ["4096", "8192"], "row lengths of the update and attention")
 _MICRO = flags.DEFINE_integer("micro_batches", 4, "one-row micro-batches per optimizer step")
@@ -52,7 +61,7 @@ _REPS = flags.DEFINE_integer("reps", 3, "timed calls after the warm-up")
 _PEAK = flags.DEFINE_float("peak_tflops", 989.0, "dense bf16 peak of the device (H200: 989)")
 _HBM = flags.DEFINE_float("hbm_tbps", 4.8, "HBM bandwidth, TB/s (H200: 4.8)")
 _SECTIONS = flags.DEFINE_list("sections", ["attention", "update", "scoring", "sampler", "parity"],
-                              "which parts to run")
+                              "which parts to run (also: nccl_local, step, sampler_window)")
 _JSON = flags.DEFINE_string("json", "", "write every figure here as JSON")
 
 # The --dry model: Qwen3's features (GQA, q/k norm) at toy sizes.
@@ -321,6 +330,11 @@ def parity_section(out: dict) -> None:
 
 SECTIONS = {"attention": attention_section, "update": update_section,
             "scoring": scoring_section, "sampler": sampler_section, "parity": parity_section}
+SECTIONS["nccl_local"] = lambda out: gpu_check_nccl.nccl_local_section(
+    out, dry=_DRY.value, dry_model=DRY_MODEL)
+SECTIONS["step"] = lambda out: gpu_check_step.step_section(  # benchmarks/gpu_check_step.py
+    out, dry=_DRY.value, peak_tflops=_PEAK.value, hbm_tbps=_HBM.value)
+SECTIONS["sampler_window"] = lambda out: gpu_check_step.sampler_window_section(out, dry=_DRY.value)
 
 
 def main(_):

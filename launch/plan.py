@@ -9,7 +9,10 @@ XLA's CPU backend for ``--devices`` fake devices, their memory_analysis() read p
 device; the sampler's KV cache and bf16 weights; a workspace margin; with
 ``engine=vllm`` each server's share. Time (graft_jax.plan.step_time): per model and
 phase the FLOPs and bytes and the seconds at the stated rates and at the ones
-benchmarks/gpu_check.py measured on one H200, the step, and the run's GPU-hours.
+benchmarks/gpu_check.py measured on one H200. Then every phase per engine as the code
+runs it (graft_jax.plan.phases: the JAX sampler's calls and cache window, a vLLM
+server's continuous batching, padding, rewards, exchange, compilation, validation,
+checkpoints), the step, and the run's GPU-hours with and without validation.
 """
 
 import os
@@ -44,6 +47,14 @@ _PROMPT = flags.DEFINE_float("mean-prompt-tokens", 256, "mean prompt length (MAT
 _FILL = flags.DEFINE_float("response-fill", 0.5, "mean response length / max_response_len")
 _EXCHANGE = flags.DEFINE_float("exchange-fraction", 0.25,
                                "GRAFT: share of prompts whose peer rows the gate scores")
+_MEAN = flags.DEFINE_float("response-mean", 1200, "mean response tokens, clipped at the cap "
+                           "(docs/plan.md)")
+_SHAPE = flags.DEFINE_float("response-shape", 2.0, "gamma shape of the response lengths")
+_LONGEST = flags.DEFINE_integer("prompt-longest", 400, "longest prompt of a sampler call "
+                                "(its prompt bucket)")
+_SIGNAL = flags.DEFINE_float("signal-fraction", 0.6, "share of rows in groups with mixed rewards")
+_COMPILE = flags.DEFINE_float("compile-s", 40.0, "seconds to compile one program")
+_DISK = flags.DEFINE_float("disk-gbps", 1.0, "checkpoint write rate, GB/s (synchronous saves)")
 _TRAIN = flags.DEFINE_integer("train-prompts", 0, "train prompts (0: lines of data.train_path, "
                               "else 7,500, MATH train)")
 
@@ -100,7 +111,28 @@ def main(config_dict):
   print(step_time.format_phases(phases, steps, _DEVICES.value))
   if cfg.engine == "vllm":
     print(step_time.format_sync_choices(models, _PROCESSES.value, sync))
+  print_phases(cfg, models, trainer, measured, steps, sync)
   return 0 if all(r["fits"] for r in table + servers + placed) else 1
+
+
+def print_phases(cfg, models, devices, rates, steps, sync):
+  """Every phase per engine, as the code runs it (graft_jax.plan.phases)."""
+  from graft_jax.plan import phases  # pylint: disable=import-outside-toplevel
+  from graft_jax.plan.lengths import ResponseLengths  # pylint: disable=import-outside-toplevel
+  lengths = ResponseLengths(cfg.max_response_len, min(_MEAN.value, cfg.max_response_len - 1),
+                            _SHAPE.value)
+  a = phases.Assumptions(lengths=lengths, prompt_mean=_PROMPT.value,
+                         prompt_longest=_LONGEST.value, exchange_fraction=_EXCHANGE.value,
+                         signal_fraction=_SIGNAL.value, compile_s_per_program=_COMPILE.value,
+                         disk_bytes_per_s=_DISK.value * 1e9, device_bytes=_MEMORY.value * 1e9)
+  print(f"\nEvery phase per engine at the H200 check's rates; responses: mean "
+        f"{lengths.expected():.0f} of {lengths.cap} tokens, gamma shape {lengths.shape}, "
+        f"{lengths.truncated:.1%} at the cap; prompts: mean {_PROMPT.value:.0f}, longest "
+        f"{_LONGEST.value}; {_SIGNAL.value:.0%} of rows with a signal (docs/plan.md)")
+  for engine in ("jax", "vllm"):
+    print(phases.format_plan(phases.plan_engine(cfg, models, engine, devices, rates, a, steps,
+                                                sync=sync if cfg.engine == "vllm" else "nccl"),
+                             models))
 
 
 if __name__ == "__main__":

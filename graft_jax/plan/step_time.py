@@ -53,12 +53,30 @@ class Rates:
   score_mfu: float = 0.40
   decode_mfu: float = 0.40
   hbm_efficiency: float = 0.70
+  # `graft_jax.plan.phases`: the JAX sampler's share of the bandwidth when every decode
+  # step reads the whole cache window, and vLLM's paged decode (live tokens only).
+  window_hbm_efficiency: float = 0.70
+  paged_hbm_efficiency: float = 0.70
+
+
+def window_efficiency(seconds: float, *, rows: int, prompt_slots: int, new_slots: int,
+                      steps: int, hbm_bytes_per_s: float = 4.8e12) -> float:
+  """The share of the bandwidth a JAX-sampler call of Qwen3-1.7B reached, counting
+  the bytes its program reads: every weight (bf16) and the whole cache window of
+  every row, on each of ``steps`` decode steps."""
+  mc = ModelConfig.qwen3_1p7b()
+  per_step = costs.decode_bytes_per_step(mc, rows, prompt_slots + new_slots)
+  return steps * per_step / hbm_bytes_per_s / seconds
 
 
 # The efficiencies benchmarks/gpu_check.py measured on one H200 for Qwen3-1.7B
 # (update at 8,192-token rows with full remat, scoring at 8,192, the JAX sampler
-# with 256 rows): BENCHMARKS.md, "On an NVIDIA H200".
-MEASURED_H200 = Rates(train_mfu=0.30, score_mfu=0.51, decode_mfu=0.40, hbm_efficiency=0.19)
+# with 256 rows of 512 + 1,024 slots running all 1,024 steps in 36.9 s):
+# BENCHMARKS.md, "On an NVIDIA H200". vLLM has not run on a GPU: its share is stated.
+MEASURED_H200 = Rates(train_mfu=0.30, score_mfu=0.51, decode_mfu=0.40, hbm_efficiency=0.19,
+                      window_hbm_efficiency=window_efficiency(
+                          36.9, rows=256, prompt_slots=512, new_slots=1024, steps=1024),
+                      paged_hbm_efficiency=0.70)
 
 
 @dataclasses.dataclass(frozen=True)

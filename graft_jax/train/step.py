@@ -63,6 +63,16 @@ def train_step(cfg, policies: dict, problems, reward_fn, step: int, key, *,
   train, their peers and their rows. ``epoch`` is the pass over the prompts
   (replay reads the logged occurrence of that pass).
   """
+  with step_metrics.compilations() as compiled:
+    metrics, rolls = _train_step(cfg, policies, problems, reward_fn, key, method=method,
+                                 epoch=epoch)
+  metrics["time"]["compile_s"] = compiled["seconds"]
+  metrics["time"]["compiles"] = compiled["count"]  # a count, beside its seconds
+  return metrics, rolls
+
+
+def _train_step(cfg, policies: dict, problems, reward_fn, key, *, method, epoch: int
+                ) -> tuple[dict, dict]:
   method = methods.make(cfg) if method is None else method
   timings: dict[str, float] = {}
   trained = method.trained(list(policies))

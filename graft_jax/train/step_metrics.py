@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import numpy as np
+from jax import monitoring
 
 from graft_jax.train.update import summed_metric
 
@@ -15,6 +17,26 @@ _EVERY_UPDATE = ("grad_norm",) + ROW_COUNTS
 _GAP = ("logp_mismatch_sum", "logp_mismatch_tokens", "logp_mismatch_max")
 # The rows the updates ran over: their tokens and squared lengths (graft_jax.train.cost).
 _SEQ = ("seq_tokens", "seq_tokens_sq_sum")
+
+
+_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+@contextlib.contextmanager
+def compilations():
+  """``{"count", "seconds"}`` of the XLA compilations while the block runs (a step's
+  compile phase: the first step's programs, and any new shape later)."""
+  out = {"count": 0, "seconds": 0.0}
+
+  def listen(event, seconds, **_):
+    if event == _COMPILE_EVENT:
+      out["count"] += 1
+      out["seconds"] += seconds
+  monitoring.register_event_duration_secs_listener(listen)
+  try:
+    yield out
+  finally:
+    monitoring.unregister_event_duration_listener(listen)
 
 
 def rollout_metrics(roll) -> dict:

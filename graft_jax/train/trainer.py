@@ -122,7 +122,8 @@ class Trainer:
         for name, p in self.policies.items()
     } if cfg.logging.peer_log and distributed.is_writer() else {}  # process 0 writes the logs
     self.checkpointer = Checkpointer(cfg.checkpoint_dir, every_steps=cfg.checkpoint.every_steps,
-                                     keep=cfg.checkpoint.keep, async_save=False)
+                                     keep=cfg.checkpoint.keep,
+                                     async_save=cfg.checkpoint.async_save)
     self.step = 0
     self.validator = validator
     if cfg.checkpoint.resume:
@@ -185,6 +186,10 @@ class Trainer:
                   "recovered", path, gap)
 
   def save(self, *, force: bool = False) -> bool:
+    """A periodic save (asynchronous under ``checkpoint.async_save``: its writing overlaps
+    the next step), or with `force` the last step's, after the saves in flight commit."""
+    if force:
+      self.checkpointer.wait()  # so that `steps` lists a step whose save is in flight
     if self.step in self.checkpointer.steps():
       return False
     meta = {"step": self.step, "stream_position": self.stream.position, "seed": self.cfg.seed,
@@ -235,8 +240,8 @@ class Trainer:
     last completed step is saved, then ``preemption.Stopped`` is raised.
     """
     total = num_steps or self.cfg.num_steps(len(self.stream.problems))
-    out = []
-    first = self.step
+    out, aborted = [], []
+    first, saved_s = self.step, 0.0
     with (stop or preemption.StopSignals()) as stop, \
          MetricsWriter(self.workdir, total_steps=total, initial_step=self.step,
                        tensorboard=self.cfg.logging.tensorboard,
@@ -251,23 +256,40 @@ class Trainer:
         metrics = self._step_unless_abandoned(stop)
         if metrics is None:
           break
-        if self.validator is not None and self.validator.due(step, total):
+        aborted = self._aborted_syncs()
+        if self.validator is not None and not aborted and self.validator.due(step, total):
           progress.phase(f"validating after step {step + 1} (held-out pass@1)…")
           t0 = time.perf_counter()
           for name, m in self.validator.run(self.policies, step).items():
             metrics[name]["eval"] = m
           metrics["time"]["eval_s"] = time.perf_counter() - t0
         metrics["data"] = self.data_counts
+        # What the save after the previous step held the run up (it comes after that
+        # step's row, which must be durable first).
+        metrics["time"]["checkpoint_s"] = saved_s
         out.append(writer.write(step, metrics))  # durable before the checkpoint covering it
-        self.save()
+        t0 = time.perf_counter()
+        saved_s = time.perf_counter() - t0 if self.save() else 0.0
+        if aborted:
+          break
     self.save(force=True)
     self.checkpointer.wait()
+    if aborted and not (stop.agreed_signum or stop.signum):
+      raise type(aborted[0])(f"{aborted[0]}; checkpoint {self.step} saved; the same command "
+                             f"resumes")
     if self.step < total:
       raise preemption.Stopped(stop.agreed_signum or stop.signum, self.step)
     if self.validator is not None:
       for name, (step, value) in self.validator.best().items():
         log.info("%s: best validation pass@1 %.4f after step %d", name, value, step + 1)
     return out
+
+  def _aborted_syncs(self) -> list[Exception]:
+    """Weight pushes of the step just run that were aborted (``VLLMEngine.sync_failure``):
+    the step itself is complete, so the run saves it and stops rather than sample from a
+    server on older weights."""
+    return [e for e in (getattr(p.engine, "sync_failure", None)
+                        for p in self.policies.values()) if e is not None]
 
   def _step_unless_abandoned(self, stop) -> dict | None:
     """``run_step``, or None when a stop signal came before the step changed anything that

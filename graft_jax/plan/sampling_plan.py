@@ -1,0 +1,123 @@
+"""Seconds of one ``generate`` of P prompts x n rows, per engine, as each engine runs it.
+
+The JAX sampler (`graft_jax.rollout.jax_engine`, `sampler`): the prompts decode in
+``calls`` calls of ``chunk`` prompts (`kv_budget.call_plan` under
+``perf.sampler_max_kv_bytes``, rows split over the devices), one after the other.
+A call runs until its longest row stops, E[max of chunk x n lengths] steps, and
+every step reads every weight (bf16, whole on each device) and the whole cache
+window, prompt bucket + new-token bucket slots, of each of its rows:
+
+.. math::
+    t = \\text{calls}\\,\\Big(E[\\max]\\; \\max\\big(\\tfrac{2N_{all} + b\\,S\\,\\mathrm{kv}}
+        {\\eta_{win}\\beta},\\; \\tfrac{b\\,F_{decode}(S)}{\\mu_{dec}\\Phi}\\big)
+        + t_{prefill}\\Big) + t_{cast}
+
+with b the rows per device and S the window.
+
+vLLM (one server per model on its own GPU): continuous batching of the rows over
+C slots (its ``max_num_seqs``, the requests in flight x n, and the sequences its
+KV cache holds at the mean context), a row entering as another leaves. The
+steps are the schedule's makespan; each reads the weights once and the live
+tokens of its rows (paged attention reads no padding):
+
+.. math::
+    t = \\max\\Big(\\frac{\\text{steps}\\cdot 2N_{all} + \\mathrm{kv}\\sum_{rows}
+        (\\ell L_p + \\ell(\\ell-1)/2)}{\\eta_{paged}\\beta},\\;
+        \\frac{\\sum_{rows} \\ell\\, F_{decode}(L_p + \\ell/2)}{\\mu_{dec}\\Phi}\\Big)
+        + t_{prefill}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+
+import numpy as np
+
+from graft_jax.plan import costs
+from graft_jax.rollout.kv_budget import bucket, call_plan, kv_bytes_per_prompt
+
+SERVE_BYTES = 2  # bf16 weights and KV cache in both engines
+
+
+@dataclasses.dataclass(frozen=True)
+class Generate:
+  """One ``generate``'s seconds and what they come from."""
+  seconds: float
+  calls: int  # JAX: compiled calls one after the other; vLLM: 1
+  rows_per_call: int  # JAX: rows of a call; vLLM: concurrent slots
+  steps_per_call: float  # decode steps of a call (its longest row), or the makespan
+  window: int  # JAX: cache slots every step reads; vLLM: 0 (live tokens)
+  chunk: int = 0  # JAX: prompts per call (the compiled shape)
+
+  def describe(self) -> str:
+    if self.window:
+      return (f"{self.calls} call(s) x {self.rows_per_call} rows x {self.steps_per_call:.0f} "
+              f"steps over {self.window} slots")
+    return f"{self.rows_per_call} slots, {self.steps_per_call:.0f} steps"
+
+
+def jax_generate(mc, lengths, *, prompts: int, n: int, prompt_longest: int, budget: int,
+                 devices: int, rates) -> Generate:
+  """The JAX sampler's ``generate`` of ``prompts`` prompts x ``n`` (see the module)."""
+  window = bucket(prompt_longest, 16) + bucket(lengths.cap, 16)
+  l_bucket = bucket(prompt_longest, 16)
+  per_prompt = kv_bytes_per_prompt(mc, n=n, slots=window, itemsize=SERVE_BYTES)
+  _, chunk = call_plan(prompts, per_prompt, budget, row_shards=devices)
+  calls = -(-prompts // chunk)
+  rows_dev = chunk * n / devices
+  steps = min(lengths.expected_max(chunk * n), lengths.cap)
+  read = (SERVE_BYTES * costs.all_params(mc)
+          + rows_dev * window * costs.kv_bytes_per_position(mc, SERVE_BYTES))
+  flops = rows_dev * costs.decode_flops_per_token(mc, window)
+  step_s = max(read / (rates.window_hbm_efficiency * rates.hbm_bytes_per_s),
+               flops / (rates.decode_mfu * rates.peak_flops))
+  prefill = (chunk / devices) * l_bucket * costs.score_flops_per_token(mc, l_bucket) / (
+      rates.score_mfu * rates.peak_flops)
+  # Each generate casts the fp32 master weights to bf16 once (decode_weights).
+  cast = costs.all_params(mc) * (4 + SERVE_BYTES) / devices / (
+      rates.hbm_efficiency * rates.hbm_bytes_per_s)
+  return Generate(calls * (steps * step_s + prefill) + cast, calls, chunk * n, steps, window,
+                  chunk)
+
+
+def makespan(lengths_R: np.ndarray, slots: int) -> int:
+  """Decode steps of continuous batching: ``slots`` rows at a time, in order, each
+  taking the next free slot."""
+  free = [0] * min(slots, len(lengths_R))
+  heapq.heapify(free)
+  end = 0
+  for length in lengths_R:
+    start = heapq.heappop(free)
+    end = max(end, start + int(length))
+    heapq.heappush(free, start + int(length))
+  return end
+
+
+def vllm_slots(mc, lengths, *, n: int, prompt_mean: float, share_bytes: float,
+               max_num_seqs: int, requests_in_flight: int, overhead_bytes: float) -> int:
+  """C: the rows a server decodes at once: its ``max_num_seqs``, the requests in flight x n,
+  and the sequences its KV cache (its share less the weights and ``overhead_bytes``) holds
+  at the mean context."""
+  kv = share_bytes - SERVE_BYTES * costs.all_params(mc) - overhead_bytes
+  tokens = kv / costs.kv_bytes_per_position(mc, SERVE_BYTES)
+  held = int(tokens // (prompt_mean + lengths.expected()))
+  return max(1, min(max_num_seqs, requests_in_flight * n, held))
+
+
+def vllm_generate(mc, lengths, *, prompts: int, n: int, prompt_mean: float, slots: int,
+                  rates, seed: int = 0) -> Generate:
+  """A vLLM server's ``generate`` of ``prompts`` x ``n`` rows over ``slots`` slots."""
+  rows = lengths.sample(prompts * n, seed).astype(np.float64)
+  steps = makespan(rows, slots)
+  kv = costs.kv_bytes_per_position(mc, SERVE_BYTES)
+  read = steps * SERVE_BYTES * costs.all_params(mc) + kv * np.sum(
+      rows * prompt_mean + rows * (rows - 1) / 2)
+  flops = sum(float(length) * costs.decode_flops_per_token(mc, int(prompt_mean + length / 2))
+              for length in rows)
+  # Prefix caching prefills each prompt once for its n rows.
+  prefill = prompts * prompt_mean * costs.score_flops_per_token(mc, int(prompt_mean)) / (
+      rates.score_mfu * rates.peak_flops)
+  seconds = max(read / (rates.paged_hbm_efficiency * rates.hbm_bytes_per_s),
+                flops / (rates.decode_mfu * rates.peak_flops)) + prefill
+  return Generate(seconds, 1, slots, steps, 0)
