@@ -12,6 +12,12 @@ from graft_jax.config import run_config as config_lib
 _base = config_lib.import_config_file(
     pathlib.Path(__file__).with_name('base.py'))
 
+# Adam's first updates move every weight by about lr whatever the gradient;
+# without a ramp, toy_b's training reward fell from 0.30 to 0.16 after step 1
+# (RESULTS.md). The ramp spans the first 5 training steps, whatever the number
+# of optimizer updates per step (a regime with more minibatches ramps as long).
+WARMUP_TRAIN_STEPS = 5
+
 
 def get_config(arg=None):
   c = _base.defaults()
@@ -48,10 +54,7 @@ def get_config(arg=None):
   # this scale. At 1e-4 the weak family is learnt from grafted groups more
   # slowly, hence 80 steps (RESULTS.md).
   c.optimizer.lr = 1e-4
-  # Adam's first updates move every weight by about lr whatever the gradient;
-  # without a ramp, toy_b's training reward fell from 0.30 to 0.16 after step 1
-  # (RESULTS.md). 10 updates = the first 5 steps.
-  c.optimizer.warmup_steps = 10
+  c.optimizer.warmup_steps = WARMUP_TRAIN_STEPS * c.num_minibatches  # in updates: 10
   c.dtype = 'float32'  # bf16 matmuls are slow on CPU
   # With `:vllm`: CPU sidecars in fp32 like the trainer; eager mode starts fastest.
   c.vllm.update(dict(dtype='float32', enforce_eager=True))

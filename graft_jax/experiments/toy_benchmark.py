@@ -19,7 +19,6 @@ import functools
 import hashlib
 import json
 import logging
-import os
 import pathlib
 import subprocess
 import sys
@@ -27,13 +26,12 @@ import time
 
 import numpy as np
 
-from graft_jax.experiments import toy_compare, toy_sign_table
+from graft_jax.experiments import job_signals, toy_compare, toy_costs, toy_sign_table
 from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.train import methods
 from graft_jax.config import run_config as config_lib
 from graft_jax.config.checks import resume_locked
 from graft_jax.config.load import flatten
-from graft_jax.outputs import cost_totals
 from graft_jax.outputs.metrics_writer import read_jsonl
 
 log = logging.getLogger(__name__)
@@ -100,7 +98,6 @@ def cell_config(cell: Cell, out_dir, steps: int, pair, overrides=None,
   cd = config_lib.load_config(f"{config_file}:{cell.presets}")
   with cd.unlocked():
     cd.workdir, cd.seed, cd.total_steps = str(pathlib.Path(out_dir) / cell.slug), cell.seed, steps
-    cd.checkpoint.resume = False
     cd.logging.progress_bar = False
     cd.eval.every_steps = VALIDATE_EVERY  # does not change training (graft_jax.train.validation)
     a, b = (pair.model_b, pair.model_a) if cell.swap else (pair.model_a, pair.model_b)
@@ -154,6 +151,8 @@ def run_cell(cell: Cell, pair, pair_cfg, out_dir, *, steps: int, eval_k: int,
   if cell.label == INITIAL:  # the pair as built: the baseline every method starts from
     trained, records = models, []
   else:
+    # A cell a stop signal ended resumes where it saved (same pair, config and steps).
+    cfg = toy_compare.resume_or_start(cfg, f"{run_key(pair, config_file)}-{steps}")
     validate = toy_compare.validator(cfg, pair_cfg) if cfg.eval.every_steps else None
     trained = toy_compare.train(cfg, toy_compare.train_problems(pair_cfg, num_problems, cell.seed),
                                 models, validate)
@@ -172,7 +171,7 @@ def run_cell(cell: Cell, pair, pair_cfg, out_dir, *, steps: int, eval_k: int,
          "pass1_t06": {n: evals[n]["t06"]["average"] for n in trained},
          "pass1_groups": {n: evals[n]["pass1"] for n in trained},
          "diagnostics": diagnostics, "curve": validation_curve(records, trained),
-         "cost": cost_totals.summed(records),
+         **toy_costs.cell_costs(records),
          "seconds": time.perf_counter() - t0}
   path = cell_path(cell, out_dir)
   path.parent.mkdir(parents=True, exist_ok=True)
@@ -229,7 +228,9 @@ def run_cells(cells, out_dir, *, steps: int, eval_k: int, jobs: int, cell_argv,
   Each finished cell's result is also copied to ``record_dir`` (kept in the repository,
   so the tables can be regenerated, and a benchmark continued, without the workdirs);
   a recorded cell whose peer logs a pending replay cell needs is run again.
-  A failed cell is logged and left out; the rest go on.
+  A failed cell is logged and left out; the rest go on. A stop signal is not a
+  failure: the cells running save and stop, none starts, and ``job_signals.JobStopped``
+  is raised (exit 75 under the launchers' console); the same call resumes them.
   """
   load = functools.partial(load_cell, out_dir=out_dir, steps=steps, eval_k=eval_k,
                            pair_key=pair_key, record_dir=record_dir)
@@ -248,52 +249,66 @@ def run_cells(cells, out_dir, *, steps: int, eval_k: int, jobs: int, cell_argv,
   if results:
     log.info("%d cells already done, %d to run", len(results), len(pending))
   running: dict[str, tuple] = {}
-  while pending or running:
-    for slug, (cell, proc, t0) in list(running.items()):
-      if proc.poll() is None:
-        continue
-      del running[slug]
-      res = load_cell(cell, out_dir, steps=steps, eval_k=eval_k, pair_key=pair_key)
-      if proc.returncode == 0 and res is not None:
-        results[slug] = res
-        _record(cell, res, record_dir)
-        log.info("%s done in %.0fs: %s", slug, time.perf_counter() - t0, res["pass1"])
-      else:
-        failed.add(slug)
-        log.error("%s failed (exit %s); see %s", slug, proc.returncode,
-                  pathlib.Path(out_dir) / slug / "cell.log")
-    for cell in list(pending):
-      if cell.needs in failed:
-        pending.remove(cell)
-        failed.add(cell.slug)
-        log.error("%s skipped: %s failed", cell.slug, cell.needs)
-        continue
-      if cell.needs and cell.needs not in results:
-        continue
-      if jobs == 1:
-        pending.remove(cell)
-        t0 = time.perf_counter()
-        try:
-          results[cell.slug] = run_here(cell)
-        except Exception:  # pylint: disable=broad-except
-          log.exception("%s failed", cell.slug)
-          failed.add(cell.slug)
+  halted: dict[str, job_signals.Halted] = {}
+  with (job_signals.job_stop() if jobs == 1 else job_signals.Driver(
+      lambda s: job_signals.signal_all([p for _, p, _ in running.values()], s))) as stop:
+    while pending or running:
+      if stop.signum:  # no cell starts after a stop signal; the running ones save and stop
+        halted.update({c.slug: job_signals.Halted(stop.signum) for c in pending})
+        pending.clear()
+        if jobs > 1 and stop.overdue():
+          job_signals.kill([p.pid for _, p, _ in running.values()])
+      for slug, (cell, proc, t0) in list(running.items()):
+        if proc.poll() is None:
           continue
-        _record(cell, results[cell.slug], record_dir)
-        log.info("%s done in %.0fs: %s", cell.slug, time.perf_counter() - t0,
-                 results[cell.slug]["pass1"])
-      elif len(running) < jobs:
-        pending.remove(cell)
-        logfile = pathlib.Path(out_dir) / cell.slug / "cell.log"
-        logfile.parent.mkdir(parents=True, exist_ok=True)
-        with open(logfile, "w") as f:
-          proc = subprocess.Popen(cell_argv(cell), stdout=f, stderr=subprocess.STDOUT,
-                                  env=dict(os.environ))
-        running[cell.slug] = (cell, proc, time.perf_counter())
-    if running:
-      time.sleep(poll_s)
+        del running[slug]
+        res = load_cell(cell, out_dir, steps=steps, eval_k=eval_k, pair_key=pair_key)
+        if proc.returncode == 0 and res is not None:
+          results[slug] = res
+          _record(cell, res, record_dir)
+          log.info("%s done in %.0fs: %s", slug, time.perf_counter() - t0, res["pass1"])
+        elif stop.signum:  # saved where it stopped (exit 75), or ended before it began
+          halted[slug] = job_signals.Halted(stop.signum, started=True)
+        else:
+          failed.add(slug)
+          log.error("%s failed (exit %s); see %s", slug, proc.returncode,
+                    pathlib.Path(out_dir) / slug / "cell.log")
+      for cell in list(pending):
+        if cell.needs in failed:
+          pending.remove(cell)
+          failed.add(cell.slug)
+          log.error("%s skipped: %s failed", cell.slug, cell.needs)
+          continue
+        if cell.needs and cell.needs not in results:
+          continue
+        if jobs == 1:
+          pending.remove(cell)
+          t0 = time.perf_counter()
+          try:
+            res = job_signals.run_task(run_here, cell)
+          except Exception:  # pylint: disable=broad-except
+            log.exception("%s failed", cell.slug)
+            failed.add(cell.slug)
+            continue
+          if isinstance(res, job_signals.Halted):
+            halted[cell.slug] = res
+            continue
+          results[cell.slug] = res
+          _record(cell, res, record_dir)
+          log.info("%s done in %.0fs: %s", cell.slug, time.perf_counter() - t0, res["pass1"])
+        elif len(running) < jobs:
+          pending.remove(cell)
+          logfile = pathlib.Path(out_dir) / cell.slug / "cell.log"
+          logfile.parent.mkdir(parents=True, exist_ok=True)
+          with open(logfile, "w") as f:
+            proc = subprocess.Popen(cell_argv(cell), stdout=f, stderr=subprocess.STDOUT,
+                                    **job_signals.subprocess_options())
+          running[cell.slug] = (cell, proc, time.perf_counter())
+      if running:
+        time.sleep(poll_s)
   if failed:
     log.error("failed cells: %s", sorted(failed))
+  job_signals.stop_if_halted(stop.signum, {**results, **halted})
   return results
 
 
@@ -306,14 +321,11 @@ def aggregate(cells, results: dict, names, *, steps: int, eval_k: int) -> dict:
   groups: dict = {}
   diagnostics: dict = {}
   curves: dict = {}  # label -> model -> step -> [validation pass@1 per seed]
-  costs: dict = {}  # label -> [the cell's summed cost, {} for a cell without one]
   seeds_of: dict = {}  # label -> model -> the seed of each entry of cells[label][model]
   for cell in cells:
     res = results.get(cell.slug)
     if res is None:
       continue
-    if cell.label != INITIAL:
-      costs.setdefault(cell.label, []).append(res.get("cost") or {})
     for n, v in res["pass1"].items():
       table.setdefault(cell.label, {}).setdefault(n, []).append(v)
       seeds_of.setdefault(cell.label, {}).setdefault(n, []).append(cell.seed)
@@ -332,7 +344,8 @@ def aggregate(cells, results: dict, names, *, steps: int, eval_k: int) -> dict:
   seeds = sorted({c.seed for c in cells})
   return {"names": list(names), "cells": table, "cell_seeds": seeds_of, "cells_t06": table_t06,
           "groups": groups,
-          "diagnostics": diagnostics, "curves": curves, "costs": costs, "seeds": seeds,
+          "diagnostics": diagnostics, "curves": curves, "seeds": seeds,
+          "costs": toy_costs.per_seed(cells, results, skip=(INITIAL,)),
           "steps": steps, "eval_k": eval_k}
 
 
@@ -355,12 +368,11 @@ def results_markdown(res: dict, command: str, machine: str = "", figure: str | N
   lines += [f"Held-out pass@1 (%) of the updated model on the toy pair (average of the "
             f"addition and multiplication families), k={res['eval_k']} samples at T=1.0, "
             f"after {res['steps']} steps; mean ± std (ddof=1) over seeds {res['seeds']}. Each "
-            "model's peer is the other one. Δ is against GRPO n=8, paired by seed. Cost: the "
-            "run's device-seconds (sampling, scoring, update, exchange) and the update's "
-            "FLOPs, both models together, mean over seeds; — where the cells predate the "
-            "cost fields.", "",
+            "model's peer is the other one. Δ is against GRPO n=8, paired by seed. "
+            + toy_costs.NOTE, "",
             "| method | " + " | ".join(f"{n} (peer {m}) | Δ" for n, m in zip(names, names[::-1]))
-            + " | mean | cost (device-s) | update FLOPs |", "|---" * (2 * len(names) + 4) + "|"]
+            + " | mean | " + " | ".join(toy_costs.COLUMNS) + " |",
+            "|---" * (2 * len(names) + 2 + len(toy_costs.COLUMNS)) + "|"]
   for label, per_model in res["cells"].items():
     row, means = [], []
     for n in names:
@@ -373,11 +385,9 @@ def results_markdown(res: dict, command: str, machine: str = "", figure: str | N
       delta = (f"{100 * (np.mean(v) - np.mean(b[:len(v)])):+.2f}"
                if b and label not in ("GRPO n=8", INITIAL) else "")
       row += [_mean_std(v), delta]
-    cost = res.get("costs", {}).get(label, [])
     lines.append(f"| {label} | " + " | ".join(row) + f" | {100 * np.mean(means):.2f} | "
-                 f"{_cost_cell(cost, 'device_s', '{:.0f}')} | "
-                 f"{_cost_cell(cost, 'update_flops', '{:.2e}')} |")
-  lines += ["", cost_comparison(res)]
+                 + " | ".join(toy_costs.row_cells(res.get("costs", {}), label)) + " |")
+  lines += ["", toy_costs.comparison(res)]
   if res.get("cell_seeds"):
     lines += ["", toy_sign_table.sign_markdown(res)]
   if figure:
@@ -391,33 +401,6 @@ def results_markdown(res: dict, command: str, machine: str = "", figure: str | N
     lines += ["", groups_markdown(res)]
   lines += ["", diagnostics_markdown(res)]
   return "\n".join(lines) + "\n"
-
-
-def _mean_cost(costs: list, key: str) -> float | None:
-  """The mean of ``key`` over a method's cells, None unless every cell carries it."""
-  values = [c.get(key) for c in costs]
-  return float(np.mean(values)) if values and None not in values else None
-
-
-def _cost_cell(costs: list, key: str, fmt: str) -> str:
-  value = _mean_cost(costs, key)
-  return "—" if value is None else fmt.format(value)
-
-
-def cost_comparison(res: dict, method: str = "GRAFT", baseline: str = "GRPO n=32") -> str:
-  """The paper's cost comparison: ``method`` against ``baseline``, the pass@1 difference
-  (mean over models of the mean over seeds) at what fraction of the device-seconds."""
-  ours, base = res["cells"].get(method, {}), res["cells"].get(baseline, {})
-  common = [n for n in res["names"] if ours.get(n) and base.get(n)]
-  if not common:
-    return f"{method} against {baseline}: — (no cells of both)."
-  diff = np.mean([100 * (np.mean(ours[n]) - np.mean(base[n])) for n in common])
-  costs = res.get("costs", {})
-  a, b = _mean_cost(costs.get(method, []), "device_s"), _mean_cost(costs.get(baseline, []),
-                                                                   "device_s")
-  fraction = f"{a / b:.2f}×" if a is not None and b else "— (cells without cost)"
-  return (f"{method} against {baseline}: pass@1 {diff:+.2f} points at {fraction} its "
-          "cost in device-seconds.")
 
 
 def markers(name: str = "toy_benchmark") -> tuple[str, str]:

@@ -1,17 +1,21 @@
 """The paper's comparative claims, read as a sign table over the toy benchmark's seeds.
 
 For each comparison row, per model, the paired difference over the seeds both
-cells ran, d_s = pass@1(GRAFT, s) - pass@1(row, s), its mean d and standard error
-SE = std(d, ddof=1) / sqrt(n). A row counts as separated in GRAFT's favour when
-on some model d > 2 SE, and no model shows d < -2 SE (and the reverse for a row
-that beats GRAFT). Two further claims have their own rule: GRAFT above GRPO n=8
-by at least 3 points on every seed and model, and HACPO below GRPO n=8 on at
-least one model (its mean over seeds).
+cells ran, d_s = pass@1(GRAFT, s) - pass@1(row, s), its mean d, standard error
+SE = std(d, ddof=1) / sqrt(n), and the two-sided p-value of a paired t-test
+(t = d / SE with n - 1 degrees of freedom). A row is "GRAFT ahead" when p < 0.05
+on some model and every model with p < 0.05 has d > 0, "GRAFT behind" the
+reverse, and "not separated" otherwise. Every seed trains from the same built
+pair, so the test speaks to the training seed's noise, not to the pair's. Two
+further claims have their own rule: GRAFT above GRPO n=8 by at least 3 points
+on every seed and model, and HACPO below GRPO n=8 on at least one model (its
+mean over seeds).
 """
 
 from __future__ import annotations
 
 import numpy as np
+from scipy import stats
 
 REFERENCE = "GRAFT"
 BASELINE = "GRPO n=8"
@@ -19,6 +23,7 @@ BASELINE = "GRPO n=8"
 ROWS = ("GRPO n=8", "no gate", "success-only", "pooled adv.", "peer-first", "uniform order",
         "sequence ratio", "SGT", "HACPO", "SGT on GRAFT's prompts", "HACPO on GRAFT's prompts")
 GRPO_MARGIN = 0.03  # GRAFT over GRPO n=8 on every seed, as a fraction
+ALPHA = 0.05  # a model separates a row at p < ALPHA
 
 
 def paired(res: dict, label: str, model: str, ref: str = REFERENCE) -> np.ndarray:
@@ -38,26 +43,38 @@ def mean_se(d: np.ndarray) -> tuple[float, float]:
   return float(np.mean(d)), se
 
 
+def p_value(d: np.ndarray) -> float:
+  """Two-sided p of the paired t-test that the mean of ``d`` is 0 (nan with fewer than two
+  seeds). Equal differences have SE 0: p is 0 unless they are all 0 (then 1)."""
+  if len(d) < 2:
+    return float("nan")
+  m, se = mean_se(d)
+  if se == 0.0:
+    return 1.0 if m == 0.0 else 0.0
+  return float(2.0 * stats.t.sf(abs(m) / se, df=len(d) - 1))
+
+
 def verdict(diffs: dict[str, np.ndarray]) -> str:
   """'GRAFT ahead', 'GRAFT behind', 'not separated' or 'too few seeds' (see the module)."""
-  stats = [mean_se(d) for d in diffs.values()]
-  if not stats or any(not np.isfinite(se) for _, se in stats):
+  if not diffs or any(len(d) < 2 for d in diffs.values()):
     return "too few seeds"
-  ahead = [m > 2 * se for m, se in stats]
-  behind = [m < -2 * se for m, se in stats]
-  if any(ahead) and not any(behind):
+  signs = {np.sign(mean_se(d)[0]) for d in diffs.values() if p_value(d) < ALPHA}
+  if signs == {1.0}:
     return "GRAFT ahead"
-  if any(behind) and not any(ahead):
+  if signs == {-1.0}:
     return "GRAFT behind"
-  return "mixed" if any(ahead) else "not separated"
+  return "not separated"
 
 
 def sign_markdown(res: dict) -> str:
-  """The sign table: one row per comparison, Δ = GRAFT − row (points, mean ± SE over seeds)."""
+  """The sign table: one row per comparison, Δ = GRAFT − row (points, mean ± SE over seeds)
+  and the paired t-test's p per model."""
   names = res["names"]
   lines = [f"Sign table: Δ = {REFERENCE} − row, held-out pass@1 points at T=1, mean ± standard "
-           "error over the seeds both ran (paired); separated when |Δ| > 2 SE on some model "
-           "and no model shows the opposite beyond 2 SE.", "",
+           "error over the seeds both ran, paired by seed, and the two-sided p of a paired "
+           f"t-test (n − 1 degrees of freedom). A row is {REFERENCE} ahead (behind) when "
+           f"p < {ALPHA} on some model and every model with p < {ALPHA} has Δ > 0 (Δ < 0); "
+           "otherwise not separated. Every seed trains from the same built pair.", "",
            "| row | " + " | ".join(names) + " | seeds | verdict |",
            "|---" * (len(names) + 3) + "|"]
   for label in ROWS:
@@ -67,8 +84,9 @@ def sign_markdown(res: dict) -> str:
     cols = []
     for n in names:
       m, se = mean_se(diffs[n])
-      cols.append("n/a" if not np.isfinite(m) else
-                  f"{100 * m:+.2f} ± {100 * se:.2f}" if np.isfinite(se) else f"{100 * m:+.2f}")
+      p = p_value(diffs[n])
+      cols.append("n/a" if not np.isfinite(m) else f"{100 * m:+.2f}" if not np.isfinite(se)
+                  else f"{100 * m:+.2f} ± {100 * se:.2f} (p {p:.3f})")
     seeds = min(len(d) for d in diffs.values())
     lines.append(f"| {label} | " + " | ".join(cols) + f" | {seeds} | {verdict(diffs)} |")
   lines += ["", *claims(res)]

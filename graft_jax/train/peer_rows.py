@@ -4,8 +4,10 @@ tokenization, and the statistics of an exchange (``ExchangeStats``).
 Peer responses cross as *text*: they are re-tokenized by the receiver
 (``Policy.encode_response``; EOS only when the peer finished) and scored by
 the receiver's behavior policy, which gives both the gate's lbar_recv and the
-old log-probs of the PPO ratio. Empty re-tokenizations and non-finite scores
-are dropped and counted.
+old log-probs of the PPO ratio. A finished response of EOS alone comes across as
+the receiver's EOS (a wrong answer keeps its row and advantage); an unfinished
+response without text re-tokenizes to nothing, and such empty rows and
+non-finite scores are dropped and counted.
 """
 
 from __future__ import annotations
@@ -15,16 +17,16 @@ import dataclasses
 import numpy as np
 
 from graft_jax import core
-from graft_jax.train.update_rows import Rows
+from graft_jax.train.update_rows import KIND_PPO, Rows
 from graft_jax.train.scoring import mean_or_nan, score_rows
 
 
-def add_own_group(rows: Rows, roll, q: int, adv_N=None) -> None:
+def add_own_group(rows: Rows, roll, q: int, adv_N=None, kind: int = KIND_PPO) -> None:
   n = roll.n
   adv_N = roll.adv_GxN[q] if adv_N is None else adv_N
   for j in range(n):
     b = q * n + j
-    rows.add(roll.prompt_ids[q], roll.response_ids[b], q, adv=adv_N[j],
+    rows.add(roll.prompt_ids[q], roll.response_ids[b], q, adv=adv_N[j], kind=kind,
              old_logp=roll.old_logp[b], src_mean_logp=mean_or_nan(roll.old_logp[b]),
              needs_old_logp=roll.needs_old_logp)
 

@@ -66,9 +66,11 @@ class Policy:
     return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
   def encode_response(self, text: str, finished: bool) -> list[int]:
-    """Peer text in this policy's tokenization; EOS only if the peer's response finished."""
+    """Peer text in this policy's tokenization; EOS only if the peer's response finished.
+    A finished response of EOS alone has no text but is still an answer (a wrong one):
+    it comes out as this policy's EOS, so it keeps its row and its advantage."""
     ids = self.tokenizer.encode(text, add_special_tokens=False) if text else []
-    return ids + [self.eos_id] if (finished and ids) else ids
+    return ids + [self.eos_id] if finished else ids
 
   def set_params(self, params, opt_state) -> None:
     self.params, self.opt_state = params, opt_state

@@ -15,7 +15,8 @@ import dataclasses
 
 import numpy as np
 
-KIND_PPO, KIND_SGT = 0, 1
+# A row's loss term: PPO's clipped token loss, SGT's NLL, HACPO's sequence loss.
+KIND_PPO, KIND_SGT, KIND_HACPO = 0, 1, 2
 
 # What `pack_minibatch` returns, with dtypes: per token (rows x length) and per row.
 TOKEN_FIELDS = {"ids": np.int32, "attn": np.bool_, "resp_mask": np.float32,

@@ -117,6 +117,8 @@ def test_splice_replaces_only_the_generated_block():
 
 
 def test_the_friction_regimes_config_differs_only_in_minibatches_and_paths():
+  """Four minibatches, HACPO's matching minibatch size, the warm-up in updates that ends at
+  the same training step, and the pair's paths: nothing else."""
   pair = types.SimpleNamespace(key="abc")
   assert tb.run_key(pair, "configs/toy_friction.py") != tb.run_key(pair)
   toy_cd = tb.config_lib.load_config("configs/toy.py:graft")
@@ -124,8 +126,11 @@ def test_the_friction_regimes_config_differs_only_in_minibatches_and_paths():
   flat = lambda cd: tb.flatten(tb.config_lib.to_dict(tb.config_lib.from_config_dict(cd)))
   a, b = flat(toy_cd), flat(fr_cd)
   assert {k for k in a if a[k] != b[k]} == {
-      "num_minibatches", "hacpo.minibatch_prompts", "workdir", "model_a.path", "model_b.path"}
+      "num_minibatches", "hacpo.minibatch_prompts", "optimizer.warmup_steps", "workdir",
+      "model_a.path", "model_b.path"}
   assert b["num_minibatches"] == 4 and b["hacpo.minibatch_prompts"] * 4 == b["prompts_per_step"]
+  # 10 updates at 2 per step and 20 at 4 per step: both ramps end after step 5.
+  assert (a["optimizer.warmup_steps"], b["optimizer.warmup_steps"]) == (10, 20)
 
 
 @pytest.mark.slow
@@ -149,6 +154,8 @@ def test_benchmark_script_smoke_runs_cells_in_parallel(tmp_path):
   graft = json.loads((tmp_path / "s0" / "graft" / "cell.json").read_text())
   assert [sorted(r) for r in graft["curve"]] == [sorted(["step", *(f"{n}/eval" for n in bench["names"])])]
   assert graft["curve"][0]["step"] == 1
+  # One step: it is step 0, compilation and all, kept apart from the cost.
+  assert graft["cost"] == {} and graft["cost_first_step"]["device_s"] > 0
   assert (tmp_path / "fig" / "curves.png").stat().st_size > 10_000
   assert "](fig/curves.png)" in text
   assert "T=0.6, top-p 0.95" in text
@@ -243,36 +250,6 @@ def test_finished_cells_are_recorded_and_reused_from_the_record(tmp_path):
   tb.run_cells(cells, third, steps=3, eval_k=2, jobs=1, cell_argv=None, pair_key="k2",
                run_here=lambda c: run_here(c, third), record_dir=record)
   assert len(order) == len(cells)
-
-
-def test_cost_columns_and_the_grpo32_comparison():
-  cells = tb.plan_cells([0, 1], {"GRPO n=32": "grpo32", "GRAFT": "graft", "SGT": "sgt"})
-  cost = {("GRPO n=32", 0): 400.0, ("GRPO n=32", 1): 600.0, ("GRAFT", 0): 180.0,
-          ("GRAFT", 1): 220.0}
-  pass1 = {"GRPO n=32": [{"a": 0.30, "b": 0.50}, {"a": 0.40, "b": 0.60}],
-           "GRAFT": [{"a": 0.35, "b": 0.50}, {"a": 0.45, "b": 0.70}],
-           "SGT": [{"a": 0.30, "b": 0.40}, {"a": 0.30, "b": 0.40}]}
-  results = {}
-  for c in cells:
-    if c.label in pass1:
-      res = {"pass1": pass1[c.label][c.seed], "diagnostics": {}}
-      if (c.label, c.seed) in cost:  # SGT's cells predate the cost fields
-        d = cost[(c.label, c.seed)]
-        res["cost"] = {"device_s": d, "update_flops": 1e12 * d}
-      results[c.slug] = res
-  agg = tb.aggregate(cells, results, ["a", "b"], steps=5, eval_k=2)
-  text = tb.results_markdown(agg, "cmd").split("Sign table")[0]  # the main table's rows
-  rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines()
-          if line.startswith("| ") and " | " in line}
-  assert rows["GRPO n=32"].endswith("| 500 | 5.00e+14 |")
-  assert rows["GRAFT"].endswith("| 200 | 2.00e+14 |")
-  assert rows["SGT"].endswith("| — | — |")
-  # GRAFT - GRPO n=32: a 40 - 35 = +5, b 60 - 55 = +5 points; cost 200 / 500 = 0.40.
-  assert ("GRAFT against GRPO n=32: pass@1 +5.00 points at 0.40× its cost in "
-          "device-seconds.") in text
-  # A benchmark whose GRPO n=32 cells carry no cost shows the difference without a fraction.
-  bare = dict(agg, costs={})
-  assert "+5.00 points at — (cells without cost)" in tb.results_markdown(bare, "cmd")
 
 
 def test_run_key_ignores_added_fields_at_their_default(monkeypatch):

@@ -151,7 +151,7 @@ def test_replay_consumes_the_graft_run_logs(graft_run, tmp_path):
   assert metrics[0]["toy_a/exchange/grafted_groups"] >= graft_metrics[0]["toy_a/exchange/grafted_groups"]
 
 
-@pytest.mark.parametrize("method", ["grpo", "sgt", "hacpo"])
+@pytest.mark.parametrize("method", ["grpo", "sgt", "hacpo", "hacpo_graft_prompts"])
 def test_baselines_run_and_log(method, tmp_path):
   _, metrics = train(method, tmp_path)
   for step in range(STEPS):

@@ -10,11 +10,14 @@ groups, whether or not the receiver already has a signal) or
 ``'graft_selected'``: only GRAFT's selected prompts
 (`graft.selected_sources`: the receiver failed all n, the peer's group is
 mixed, and the prompt survives GRAFT's balancing under ``graft.balance``) pool
-the peer's group; every other prompt keeps the receiver's own group alone,
-with HACPO's advantages over it (a GRPO group with the ddof-1 std) and HACPO's
-loss. The second is the paper's control "HACPO's update on GRAFT's selected
-prompts" (arXiv 2609.37868). The gate is not part of the selection: it weighs
-responses inside GRAFT's update, not which prompts it chose.
+the peer's group under HACPO's advantages and loss; every other prompt keeps
+the receiver's own group alone under GRPO's advantages and clipped token loss
+(`HacpoOnSelectedLoss`), as GRAFT and SGT on GRAFT's prompts train there. The
+control then differs from GRAFT only in how it treats the selected prompts,
+not in its loss on the model's own prompts. The second is the paper's control
+"HACPO's update on GRAFT's selected prompts" (arXiv 2609.37868). The gate is
+not part of the selection: it weighs responses inside GRAFT's update, not
+which prompts it chose.
 """
 
 from __future__ import annotations
@@ -29,13 +32,13 @@ from flax import nnx
 
 from graft_jax import core
 from graft_jax.train.capability import CapabilityTracker
-from graft_jax.train.methods.base import (Method, only_peer, per_receiver, sequence_counts,
-                                          whole_minibatch_mean)
+from graft_jax.train.methods.base import (ClippedTokenLoss, Method, PpoBatch, only_peer,
+                                          per_receiver, sequence_counts, whole_minibatch_mean)
 from graft_jax.train.methods.graft import graft_selected
 from graft_jax.train.old_logprobs import score_rollout
 from graft_jax.train.peer_rows import add_own_group, pair_stats, score_peer_rows
 from graft_jax.train.scoring import score_rows
-from graft_jax.train.update_rows import Rows
+from graft_jax.train.update_rows import KIND_HACPO, KIND_PPO, Rows
 
 
 @flax.struct.dataclass
@@ -89,10 +92,82 @@ class HacpoLoss:
     return (np.asarray(batch.resp_mask).sum(axis=1) > 0).astype(np.float32)
 
 
+@flax.struct.dataclass
+class HacpoGrpoBatch:
+  """The rows of `HacpoOnSelectedLoss`: HACPO's fields and the clipped token loss's;
+  ``ppo`` is 1 on the rows under GRPO's loss, 0 on HACPO's."""
+
+  ids: jax.Array
+  attn: jax.Array
+  resp_mask: jax.Array
+  old_logp: jax.Array
+  ref_logp: jax.Array
+  adv: jax.Array
+  weight: jax.Array
+  grafted: jax.Array
+  ppo: jax.Array
+  is_self: jax.Array
+  src_mean_logp: jax.Array
+  cap_ratio: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class HacpoOnSelectedLoss:
+  """HACPO's loss (`HacpoLoss`) over the rows of the selected prompts plus GRPO's clipped
+  token loss over the rest (``ppo`` rows). Each term is normalized over its own rows of
+  the whole minibatch (HACPO's rows, GRPO's tokens) and the two are added, as SGT adds
+  its NLL term to GRPO's loss."""
+
+  Batch: ClassVar[type] = HacpoGrpoBatch
+  hacpo: HacpoLoss = HacpoLoss()
+  grpo: ClippedTokenLoss = ClippedTokenLoss()
+
+  @property
+  def temperature(self) -> float:
+    """The sampling temperature the log-probs are taken at (both terms share it)."""
+    return self.grpo.temperature
+
+  @staticmethod
+  def split(batch: HacpoGrpoBatch) -> tuple[HacpoBatch, PpoBatch]:
+    """(HACPO's rows, GRPO's rows): the same arrays, each with the other's masked out."""
+    ppo_B = batch.ppo
+    hacpo = HacpoBatch(ids=batch.ids, attn=batch.attn,
+                       resp_mask=batch.resp_mask * (1 - ppo_B)[:, None], ref_logp=batch.ref_logp,
+                       adv=batch.adv, is_self=batch.is_self, src_mean_logp=batch.src_mean_logp,
+                       cap_ratio=batch.cap_ratio)
+    grpo = PpoBatch(ids=batch.ids, attn=batch.attn, resp_mask=batch.resp_mask,
+                    old_logp=batch.old_logp, adv=batch.adv, weight=batch.weight,
+                    grafted=batch.grafted, ppo=ppo_B, sgt=ppo_B * 0)
+    return hacpo, grpo
+
+  def __call__(self, logp_BxT, batch: HacpoGrpoBatch, totals: dict, update_index):
+    hacpo, grpo = self.split(batch)
+    h_loss, h_aux = self.hacpo(logp_BxT, hacpo, totals, update_index)
+    g_loss, g_aux = self.grpo(logp_BxT, grpo, totals, update_index)
+    shared = ("pg_loss", "seq_tokens", "seq_tokens_sq_sum")  # the sequences: counted once
+    return h_loss + g_loss, {**{k: v for k, v in h_aux.items() if k not in shared}, **g_aux,
+                             "pg_loss": h_aux["pg_loss"] + g_aux["pg_loss"]}
+
+  def has_signal(self, batch: HacpoGrpoBatch) -> np.ndarray:
+    hacpo, grpo = self.split(batch)
+    return (np.asarray(batch.ppo) == 0) | self.grpo.has_signal(grpo)
+
+  def totals(self, batch: HacpoGrpoBatch) -> dict:
+    hacpo, grpo = self.split(batch)
+    return {**self.hacpo.totals(hacpo), **self.grpo.totals(grpo)}
+
+  def units(self, batch: HacpoGrpoBatch) -> np.ndarray:
+    """GRPO's tokens on its rows, 1 per HACPO row."""
+    hacpo, grpo = self.split(batch)
+    return self.hacpo.units(hacpo) + self.grpo.units(grpo)
+
+
 def hacpo_rows(recv_policy, recv_roll, src_roll, cap_ratio: float, cfg, selected_G=None):
-  """The receiver's n and the peer's n responses of every prompt (given ``selected_G``,
-  the peer's only where selected; its n slots stay empty elsewhere), with HACPO's
-  capability-weighted advantages; returns ``(Rows, ExchangeStats)``."""
+  """The receiver's n and the peer's n responses of every prompt, with HACPO's
+  capability-weighted advantages; returns ``(Rows, ExchangeStats)``. Given
+  ``selected_G``, only the selected prompts' rows are HACPO's (``KIND_HACPO``): elsewhere
+  the receiver's group keeps its GRPO advantages under GRPO's loss and the peer's n
+  slots stay empty."""
   g, n = recv_roll.rewards_GxN.shape
   pooled_G = np.ones(g, bool) if selected_G is None else np.asarray(selected_G, bool)
   offered = [q * n + j for q in np.flatnonzero(pooled_G) for j in range(n)]
@@ -112,13 +187,16 @@ def hacpo_rows(recv_policy, recv_roll, src_roll, cap_ratio: float, cfg, selected
   adv_GxK = np.asarray(adv_GxK)
   src_mean = src_roll.old_mean_logp_B
   rows = Rows()
+  split = selected_G is not None  # GRPO's loss outside the selected prompts
   for q in range(g):
-    add_own_group(rows, recv_roll, q, adv_N=adv_GxK[q, :n])
+    kind = KIND_HACPO if split and pooled_G[q] else KIND_PPO
+    add_own_group(rows, recv_roll, q, adv_N=adv_GxK[q, :n] if kind == KIND_HACPO or not split
+                  else None, kind=kind)
     for j in range(n):
       b = q * n + j
       finite = np.isfinite(src_mean[b]) and len(ids[b]) > 0
       rows.add(recv_roll.prompt_ids[q], ids[b], q, adv=adv_GxK[q, n + j], keep=finite,
-               grafted=bool(pooled_G[q]), is_self=False,
+               grafted=bool(pooled_G[q]), is_self=False, kind=kind,
                src_mean_logp=src_mean[b] if finite else 0.0, cap_ratio=cap_ratio, old_logp=old[b])
   # The KL's reference: the receiver's initial parameters.
   ref = nnx.merge(recv_policy.graphdef, recv_policy.ref_params)
@@ -162,8 +240,11 @@ class Hacpo(Method):
   @property
   def loss_fn(self):
     h = self.cfg.hacpo
-    return HacpoLoss(temperature=self.cfg.rollout.temperature, self_clip=tuple(h.self_clip),
+    loss = HacpoLoss(temperature=self.cfg.rollout.temperature, self_clip=tuple(h.self_clip),
                      cross_clip=h.cross_clip, cross_step=h.cross_clip_step, kl_coef=h.kl_coef)
+    if h.prompts != "graft_selected":
+      return loss
+    return HacpoOnSelectedLoss(hacpo=loss, grpo=super().loss_fn)
 
   def order(self):
     """HACPO has no peer-last order: its minibatches are a random permutation of the

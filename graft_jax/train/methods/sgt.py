@@ -61,3 +61,12 @@ class Sgt(Method):
   @property
   def loss_fn(self):
     return dataclasses.replace(super().loss_fn, sgt_coef=self.cfg.sgt.coef)
+
+  def order(self):
+    """SGT has no peer-last order: its minibatches are a random permutation of the groups.
+    The paper (arXiv 2609.37868, its description of GRAFT's update) orders minibatches with
+    grafted groups last as part of GRAFT's recipe, so that clipping is active when peer
+    tokens arrive; it gives SGT (a fixed-weight NLL on one verified peer success) no order
+    of its own. SGT's rows are flagged ``grafted`` to count their tokens apart, and
+    ``'peer_last'`` would carry GRAFT's order into the baseline (as for HACPO)."""
+    return "uniform"

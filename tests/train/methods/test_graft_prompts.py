@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from graft_jax.train.methods.graft import selected_sources
-from graft_jax.train.update_rows import KIND_PPO, KIND_SGT
+from graft_jax.train.methods.hacpo import HacpoLoss, HacpoOnSelectedLoss
+from graft_jax.train.update_rows import KIND_HACPO, KIND_PPO, KIND_SGT
+from tests.core import reference
 from tests.train.methods import helpers
 from tests.train.methods.test_hacpo import pooled_adv_numpy
 
@@ -70,13 +72,6 @@ def test_sgt_nll_rows(preset, active):
     np.testing.assert_allclose([rows.adv[i] for i in own], rolls[name].adv_GxN.reshape(-1))
 
 
-def own_adv_numpy(r_own):
-  """HACPO's advantages of a prompt without peer samples, float64: (r - mean) over the
-  ddof-1 std plus 1e-6; 0 for a uniform group."""
-  r = np.asarray(r_own, np.float64)
-  return np.zeros(len(r)) if r.max() == r.min() else (r - r.mean()) / (r.std(ddof=1) + 1e-6)
-
-
 def test_hacpo_pools_only_the_selected_prompts():
   _, pols, rolls, method, out = build("hacpo_graft_prompts")
   # Success rates after one step: A 2/16, B 7/16; A's peer weight P_B / P_A.
@@ -98,13 +93,18 @@ def test_hacpo_pools_only_the_selected_prompts():
         np.testing.assert_allclose([rows.src_mean_logp[i] for i in slots],
                                    [rolls[peer].old_logp[b].mean()
                                     for b in range(q * N, (q + 1) * N)], rtol=1e-6)
-      else:  # the receiver's own group alone; the peer's slots stay empty
-        want = np.concatenate([own_adv_numpy(r_own[q]), np.zeros(N)])
+      else:  # the receiver's own group alone, GRPO's; the peer's slots stay empty
+        want = np.concatenate([reference.grpo_adv(np.array([r_own[q]], np.float64))[0],
+                               np.zeros(N)])
         assert all(rows.response_ids[i] == [] and not rows.keep[i] and not rows.grafted[i]
                    for i in slots)
+      # HACPO's loss on the selected prompts' rows, GRPO's on every other.
+      assert {rows.kind[i] for i in idx} == {KIND_HACPO if SELECTED[name][q] else KIND_PPO}
       np.testing.assert_allclose([rows.adv[i] for i in idx], want, rtol=1e-5, atol=1e-6)
       assert all(rows.keep[i] for i in own)
   assert method.order() == "uniform"
+  assert isinstance(method.loss_fn, HacpoOnSelectedLoss)
+  assert isinstance(helpers.build("hacpo")[3].loss_fn, HacpoLoss)
 
 
 def test_hacpo_unrestricted_pools_every_prompt():

@@ -3,6 +3,7 @@
 import jax
 import numpy as np
 
+from graft_jax.train import methods
 from graft_jax.train.update_rows import KIND_PPO, KIND_SGT
 from tests.train.methods import helpers
 
@@ -31,3 +32,8 @@ def test_one_nll_row_per_prompt_from_a_correct_peer_response():
   assert (stats.sgt_active, stats.candidates, stats.dropped_empty) == (2, 1, 0)
   assert out["toy_b"][1].sgt_active == 0  # B fails only q1, where A has no correct response
   assert method.loss_fn.sgt_coef == cfg.sgt.coef
+
+
+def test_order_is_uniform_with_or_without_graft_selection():
+  for preset in ("sgt", "sgt_graft_prompts"):
+    assert methods.make(helpers.config(preset)).order() == "uniform"
