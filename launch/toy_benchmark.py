@@ -13,6 +13,10 @@ docs/toy_benchmark/cells/s<seed>/<method>.json), so the tables and figure are
 regenerated from it without training, and an interrupted benchmark continues
 on another machine; a cell is trained again only when the toy pair or
 configs/toy.py's math differs from the one it was recorded with.
+
+SIGTERM, SIGINT or SIGUSR1 stops it as it stops a training run: the cells running
+save their step and stop, none starts, nothing is written as final, and it exits
+75 with one line; the same command resumes them and skips the finished ones.
 """
 
 import argparse
@@ -23,8 +27,8 @@ import pathlib
 import shlex
 import sys
 
-from graft_jax import toy
-from graft_jax.experiments import toy_benchmark, toy_benchmark_figure, toy_compare
+from graft_jax import cli, toy
+from graft_jax.experiments import job_signals, toy_benchmark, toy_benchmark_figure, toy_compare
 from graft_jax.config import run_config as config_lib
 
 
@@ -72,7 +76,9 @@ def main():
       overrides=toy_compare.smoke_overrides(pair_cfg) if args.smoke else None,
       num_problems=64 if args.smoke else 2048, config_file=regime.config_file)
   if args.cell:
-    run_here(toy_benchmark.Cell(**json.loads(args.cell)))
+    with job_signals.job_stop():
+      job_signals.follow_driver_env()  # a cell ends with the benchmark that started it
+      run_here(toy_benchmark.Cell(**json.loads(args.cell)))
     return
   methods = {k: v for k, v in toy_benchmark.METHODS.items() if not args.only or k in args.only}
   cells = toy_benchmark.plan_cells(args.seeds, methods)
@@ -104,4 +110,4 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  cli.guard(main)

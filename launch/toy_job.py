@@ -14,6 +14,10 @@ second regime's (`graft_jax.toy.friction`); `--seed` seeds RL and evaluation.
 launch/train.py (ml_collections' config_flags reads it; docs/configs.md). Writes
 results.json (summary[model][method] = held-out pass@1 % at T=1),
 learning_curves.png, and each method's run (config.json included) in the workdir.
+
+SIGTERM, SIGINT or SIGUSR1 stops the job as it stops a training run: every run
+saves its step in flight, nothing is written as final, and it exits 75 with one
+line (docs/outputs.md); the same command resumes each run from its saved step.
 """
 
 import pathlib

@@ -14,6 +14,10 @@ Under ``--dist loadgroup`` (`make test`) each test file is one group, so a
 worker runs all of a file and its module fixtures are built once; files whose
 tests share a session fixture that starts servers (``SHARED_SESSION_FIXTURES``)
 form one group, so those servers start once in one worker.
+
+``--reverse-order`` runs the selected tests last to first (`make test-order`): with
+the usual order, every two tests then run both ways round, so a test that depends on
+what another left in a shared fixture fails in one of the two runs.
 """
 
 import os
@@ -22,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 # Session fixtures that start real servers: the files that use them run in one worker.
-SHARED_SESSION_FIXTURES = ("vllm_pair",)
+SHARED_SESSION_FIXTURES = ("vllm_servers",)
 
 # Both derive from hypothesis's own defaults, not from whichever profile it
 # loaded on import (it loads a built-in "ci" whenever `CI` exists, even empty).
@@ -44,17 +48,27 @@ def _profile_name() -> str:
 settings.load_profile(_profile_name())
 
 
+def pytest_addoption(parser):
+  parser.addoption("--reverse-order", action="store_true",
+                   help="run the selected tests in reverse order (files and tests in them)")
+
+
 def pytest_report_header(config):
-  del config
   current = settings.default
-  return (f"hypothesis profile: {settings.get_current_profile_name()} "
-          f"(derandomize={current.derandomize}, database={current.database!r})")
+  lines = [f"hypothesis profile: {settings.get_current_profile_name()} "
+           f"(derandomize={current.derandomize}, database={current.database!r})"]
+  if config.getoption("reverse_order"):
+    lines.append("test order: reversed (--reverse-order)")
+  return lines
 
 
+# tryfirst: xdist's worker reads the groups in its own hook of the same name.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
   """An ``xdist_group`` per test file, or the shared fixture's name for every file in
-  which a test uses one of ``SHARED_SESSION_FIXTURES``."""
-  del config
+  which a test uses one of ``SHARED_SESSION_FIXTURES``; the reversal if asked for."""
+  if config.getoption("reverse_order"):
+    items.reverse()
   group_of = {}
   for item in items:
     shared = [f for f in SHARED_SESSION_FIXTURES if f in getattr(item, "fixturenames", ())]

@@ -12,10 +12,11 @@ pair as built.
 
 from __future__ import annotations
 
-import concurrent.futures
+import dataclasses
+import json
 import logging
-import multiprocessing
 import pathlib
+import shutil
 import time
 
 import numpy as np
@@ -23,6 +24,7 @@ import numpy as np
 from graft_jax import cli, compile_cache
 from graft_jax import eval as graft_eval
 from graft_jax.data.prompts import PromptTemplate
+from graft_jax.experiments import job_signals
 from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.rollout import JaxSamplerEngine, SamplingParams
 from graft_jax.toy import pair as toy_pair
@@ -115,12 +117,14 @@ def complementarity(evals: dict, names) -> dict:
 def train(cfg, problems, models: dict, validate=None) -> dict:
   """Runs a ``Trainer`` to the config's step budget; returns the trained ``{name: (decoder, tokenizer)}``.
 
-  ``validate``: an optional ``Validator`` for held-out pass@1 during training.
+  ``validate``: an optional ``Validator`` for held-out pass@1 during training. A stop
+  signal (the job's ``job_signals.job_stop``, when under one) saves the step in flight and
+  raises ``preemption.Stopped``.
   """
   config_lib.write_run_config(cfg)
   trainer = Trainer(cfg, problems, models, validator=validate)
   try:
-    trainer.run()
+    trainer.run(stop=job_signals.active())
   finally:
     trainer.close()
   return {n: (p.model, p.tokenizer) for n, p in trainer.policies.items()}
@@ -164,7 +168,7 @@ def smoke_overrides(pair_cfg):
 def method_configs(pair_cfg, overrides=(), *, workdir, seed: int, steps: int | None = None,
                    smoke: bool = False, jobs: int = 1, methods=("grpo", "graft"),
                    config_file=TOY_CONFIG, models: dict | None = None) -> dict:
-  """``{label: TrainConfig}``: ``<config_file>:<preset>`` in ``<workdir>/<label>``, fresh.
+  """``{label: TrainConfig}``: ``<config_file>:<preset>`` in ``<workdir>/<label>``.
 
   ``methods`` lists presets (each its own label) or maps labels to presets;
   ``models`` optionally maps a label to its ``models`` ((path, name) each).
@@ -181,7 +185,6 @@ def method_configs(pair_cfg, overrides=(), *, workdir, seed: int, steps: int | N
         cd.models = tuple(dict(path=str(path), name=name) for path, name in models[method])
       cd.workdir = str(pathlib.Path(workdir) / method)
       cd.seed = seed
-      cd.checkpoint.resume = False
       if steps:
         cd.total_steps = steps
       if smoke:
@@ -214,6 +217,31 @@ def evaluate_initial(pair, pair_cfg, *, eval_k: int, seed: int) -> dict:
   return evaluate_models(load_pair(pair), pair_cfg, k=eval_k, seed=seed)
 
 
+STARTED_FILE = "started.json"  # in a run's workdir: the key (pair, step budget) it started for
+
+
+def resume_or_start(cfg, key: str):
+  """``cfg`` set to resume its workdir's run when that run was started for the same ``key``
+  (the pair and step budget) and ``checkpoint.resume`` is on; otherwise to start over,
+  without the other run's checkpoints, which would stand in for this run's steps.
+
+  The config is checked against the run it resumes (``ConfigError`` naming the field)
+  before any model loads.
+  """
+  workdir, ckpt = pathlib.Path(cfg.workdir), pathlib.Path(cfg.checkpoint_dir)
+  marker = workdir / STARTED_FILE
+  same = (cfg.checkpoint.resume and marker.is_file()
+          and json.loads(marker.read_text()) == {"key": key})
+  cfg = dataclasses.replace(cfg, checkpoint=dataclasses.replace(cfg.checkpoint, resume=same))
+  if not same and ckpt.is_dir() and workdir.resolve() in ckpt.resolve().parents:
+    log.info("%s: starting over; removing the checkpoints of the run it held", workdir)
+    shutil.rmtree(ckpt)
+  workdir.mkdir(parents=True, exist_ok=True)
+  config_lib.write_run_config(cfg)
+  marker.write_text(json.dumps({"key": key}) + "\n")
+  return cfg
+
+
 def _start_worker(cache_dir: str) -> None:
   """A spawned worker's set-up: logs as the launcher's, and the compilation cache."""
   cli.setup_logging()
@@ -230,25 +258,25 @@ def run_comparison(cfgs: dict, pair, pair_cfg, *, eval_k: int = 2, seed: int = 0
     pair_cfg: the ``ToyPairConfig`` it was built with (pools, groups).
     jobs: runs (and the initial evaluation) at a time; above 1 each runs in a
       spawned process. The runs are independent, so results do not depend on it.
+
+  A run resumes where an earlier call with the same pair and step budget left it
+  (``resume_or_start``). A stop signal (SIGTERM, SIGINT, SIGUSR1) makes every run
+  save its step in flight and raises ``job_signals.JobStopped`` (exit 75 under the
+  launchers' console): the same call resumes.
   """
   start = time.perf_counter()
   # The runs share most programs (the pair's samplers and scorers, each method's
   # update): one process compiles a program, the others load it from the cache.
   cache_dir = next(iter(cfgs.values())).perf.compile_cache_dir if cfgs else ""
   compile_cache.enable(cache_dir)
+  cfgs = {label: resume_or_start(cfg, f"{pair.key}-{cfg.total_steps}")
+          for label, cfg in cfgs.items()}
   kw = dict(eval_k=eval_k, seed=seed)
   tasks = {label: (run_method, (cfg, pair, pair_cfg), dict(kw, num_train_problems=num_train_problems))
            for label, cfg in cfgs.items()}
   tasks["initial"] = (evaluate_initial, (pair, pair_cfg), kw)
-  if jobs > 1:
-    ctx = multiprocessing.get_context("spawn")  # JAX must not be forked
-    # Each worker logs like the launcher: our lines above the bar, third-party INFO quiet.
-    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_start_worker,
-                                                initargs=(cache_dir,)) as pool:
-      futures = {k: pool.submit(fn, *args, **kwargs) for k, (fn, args, kwargs) in tasks.items()}
-      done = {k: f.result() for k, f in futures.items()}
-  else:
-    done = {k: fn(*args, **kwargs) for k, (fn, args, kwargs) in tasks.items()}
+  # Each worker logs like the launcher: our lines above the bar, third-party INFO quiet.
+  done = job_signals.run_tasks(tasks, jobs, initializer=_start_worker, initargs=(cache_dir,))
   names = [m["name"] for m in pair.record["models"]]
   results = {"names": names, "eval_k": eval_k, "groups": [g for g, _ in pair_cfg.groups],
              "eval_problems": len(toy_pair.eval_problems(pair_cfg)), "initial": done["initial"],

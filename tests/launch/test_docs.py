@@ -8,7 +8,7 @@ import re
 from tests.launch.conftest import REPO
 
 TEXT_SUFFIXES = {".py", ".md", ".ipynb", ".toml", ".sh", ".txt", ".cfg", ".yaml", ".yml"}
-SKIP_DIRS = {".git", ".venv", ".venv-vllm", "runs", ".pytest_cache", ".hypothesis"}
+SKIP_DIRS = {".git", ".venv", ".venv-vllm", ".venv-vllm-gpu", "runs", ".pytest_cache", ".hypothesis"}
 
 
 def repo_text_files():

@@ -8,7 +8,7 @@ import pytest
 # tests/ has no packages; the checkpoint helpers live with the model tests.
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "models"))
 import tiny_hf  # noqa: E402
-from vllm_fixtures import vllm_pair  # noqa: E402,F401  (the test_vllm_* servers)
+from vllm_fixtures import vllm_pair, vllm_servers  # noqa: E402,F401  (the test_vllm_* servers)
 
 
 @pytest.fixture(scope="session")

@@ -114,9 +114,7 @@ def test_two_graft_steps_with_vllm_engines(vllm_pair, tmp_path):
   try:
     trainer.run(2)
   finally:
-    trainer.close()
-    for engine, model, _ in vllm_pair.values():  # back to the fixture's weights
-      engine.set_weights(model)
+    trainer.close()  # vllm_pair gives the servers their weights back
 
   check_served(tmp_path, served)
   for name, p in trainer.policies.items():
@@ -159,7 +157,5 @@ def test_three_models_each_with_its_own_vllm_sidecar(vllm_pair, tmp_path):
   finally:
     trainer.close()
     third.close()
-    for engine, model, _ in vllm_pair.values():
-      engine.set_weights(model)
   for r in check_served(tmp_path, served):
     assert "a/exchange/from/c/candidates" in r  # the K-model exchange ran
