@@ -7,9 +7,8 @@ Memory (graft_jax.plan.run): each model's update programs, traced for
 ``--platform`` (default gpu: no CPU-only code) with abstract parameters, compiled by
 XLA's CPU backend for ``--devices`` fake devices, their memory_analysis() read per
 device; the sampler's KV cache and bf16 weights; a workspace margin; with
-``engine=vllm`` each server's share. Time (graft_jax.plan.step_time): per model and
-phase the FLOPs and bytes and the seconds at the stated rates and at the ones
-benchmarks/gpu_check.py measured on one H200. Then every phase per engine as the code
+``engine=vllm`` each server's share. Then, at the efficiencies benchmarks/gpu_check.py
+measured on one H200 (graft_jax.plan.step_time), every phase per engine as the code
 runs it (graft_jax.plan.phases: the JAX sampler's calls and cache window, a vLLM
 server's continuous batching, padding, rewards, exchange, compilation, validation,
 checkpoints), the step, and the run's GPU-hours with and without validation.
@@ -41,10 +40,7 @@ _PROCESSES = flags.DEFINE_integer("processes", 1, "trainer processes (for the we
 _PLATFORM = flags.DEFINE_string("platform", "gpu", "the backend the programs are traced for")
 _PEAK = flags.DEFINE_float("peak-tflops", 989.0, "dense bf16 peak per device (H200: 989)")
 _HBM = flags.DEFINE_float("hbm-tbps", 4.8, "HBM bandwidth per device, TB/s (H200: 4.8)")
-_MFU = flags.DEFINE_float("mfu", 0.40, "stated share of the peak the update, scoring and decode reach")
-_HBM_EFF = flags.DEFINE_float("hbm-efficiency", 0.70, "stated share of the bandwidth decode reaches")
 _PROMPT = flags.DEFINE_float("mean-prompt-tokens", 256, "mean prompt length (MATH: a few hundred)")
-_FILL = flags.DEFINE_float("response-fill", 0.5, "mean response length / max_response_len")
 _EXCHANGE = flags.DEFINE_float("exchange-fraction", 0.25,
                                "GRAFT: share of prompts whose peer rows the gate scores")
 _MEAN = flags.DEFINE_float("response-mean", 1200, "mean response tokens, clipped at the cap "
@@ -94,23 +90,11 @@ def main(config_dict):
   placed = run.placement(cfg, _DEVICES.value, int(_MEMORY.value * 1e9), table, servers, margin)
   print("\n" + run.format_placement(placed, int(_MEMORY.value * 1e9), sync))
   peaks = dict(peak_flops=_PEAK.value * 1e12, hbm_bytes_per_s=_HBM.value * 1e12)
-  stated = step_time.Rates(train_mfu=_MFU.value, score_mfu=_MFU.value, decode_mfu=_MFU.value,
-                           hbm_efficiency=_HBM_EFF.value, **peaks)
   measured = dataclasses.replace(step_time.MEASURED_H200, **peaks)
   models = {m.name: run.model_config(m) for m in policy_configs(cfg)}
-  assumptions = dict(mean_prompt_tokens=_PROMPT.value, response_fill=_FILL.value,
-                     exchange_fraction=_EXCHANGE.value)
-  phases = {name: step_time.step_phases(cfg, models, trainer, rates, sync=sync, **assumptions)
-            for name, rates in (("stated", stated), ("H200 check", measured))}
   steps = step_time.run_steps(cfg, train_prompts(cfg))
-  print(f"\nOne step of method {cfg.method}: {cfg.prompts_per_step} prompts x n={cfg.n}, mean "
-        f"prompt {_PROMPT.value:.0f} tokens, mean response {_FILL.value:.0%} of "
-        f"{cfg.max_response_len}; stated rates: {_MFU.value:.0%} of {_PEAK.value:.0f} TFLOP/s, "
-        f"{_HBM_EFF.value:.0%} of {_HBM.value} TB/s; H200 check: the efficiencies "
-        f"benchmarks/gpu_check.py measured (BENCHMARKS.md)")
-  print(step_time.format_phases(phases, steps, _DEVICES.value))
   if cfg.engine == "vllm":
-    print(step_time.format_sync_choices(models, _PROCESSES.value, sync))
+    print("\n" + step_time.format_sync_choices(models, _PROCESSES.value, sync))
   print_phases(cfg, models, trainer, measured, steps, sync)
   return 0 if all(r["fits"] for r in table + servers + placed) else 1
 

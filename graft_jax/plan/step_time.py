@@ -1,33 +1,11 @@
-"""An estimated step time and a run's GPU-hours from FLOPs, bytes and stated rates.
+"""The rates a plan reads (device peaks and the shares of them each phase reaches), the
+weight sync's seconds per push, and a run's step count.
 
-Per model and step, with P prompts of n samples (R = P n rows) on D devices, mean
-prompt length L_p, response cap L_r and mean response length r = f L_r
-(`graft_jax.plan.costs` gives F and B):
-
-- sampling: the decode loop runs L_r steps (a batch lasts as long as its longest
-  row), each reading every weight once per device, and every row reads its cache
-  until it finishes; prefill is one forward pass over the prompts:
-
-  .. math::
-      t_{sample} = \\max\\Big(\\frac{L_r\\, w N_{all} + \\frac{R}{D}\\,
-      \\mathrm{kv}\\,(r L_p + r (r+1)/2)}{\\eta_{hbm} \\beta},\\;
-      \\frac{R\\, r\\, F_{decode}(L_p + r/2)}{D\\, \\mu_{dec} \\Phi}\\Big)
-      + \\frac{R L_p F_{score}(L_p)}{D \\mu_{score} \\Phi}
-
-- scoring: teacher-forced old log-probs over the R rows (none with
-  ``old_logp_source='sampler'``), and for GRAFT the gate's pass over the peer rows
-  offered (a fraction x of the prompts, times n), for HACPO a reference pass:
-  :math:`t_{score} = \\frac{R' (L_p + r) F_{score}(L_p + r)}{D \\mu_{score} \\Phi}`;
-- update: :math:`t_{update} = e \\frac{R (L_p + r) F_{train}(L_p + r)}{D \\mu_{train} \\Phi}`
-  for e PPO epochs;
-- weight sync: none for the JAX sampler (it reads the trainer's weights; the cast
-  to bf16 is one pass over them), else the serving dtype's bytes over the link
-  ``vllm.weight_sync`` uses.
-
-The step is the sum over models (each phase runs on all D devices, one model after
-the other). Φ is the bf16 peak, β the HBM bandwidth, η and μ the efficiencies;
-the defaults are stated round figures, and `MEASURED_H200` holds the efficiencies
-``benchmarks/gpu_check.py`` measured on one H200 (BENCHMARKS.md).
+The plan of every phase per engine is `graft_jax.plan.phases`; this module gives it
+`Rates`, the efficiencies ``benchmarks/gpu_check.py`` measured on one H200
+(`MEASURED_H200`), and the weight sync: none for the JAX sampler beyond the cast of
+the master weights to bf16 (one pass over them in HBM), else the serving dtype's
+bytes over the link ``vllm.weight_sync`` uses.
 """
 
 from __future__ import annotations
@@ -79,16 +57,6 @@ MEASURED_H200 = Rates(train_mfu=0.30, score_mfu=0.51, decode_mfu=0.40, hbm_effic
                       paged_hbm_efficiency=0.70)
 
 
-@dataclasses.dataclass(frozen=True)
-class Workload:
-  """What one step of one model does, in tokens."""
-  rows: int  # R = prompts x n
-  prompt_tokens: float  # mean L_p
-  response_cap: int  # L_r
-  response_tokens: float  # mean r
-  score_rows: int  # R': rows scored teacher-forced (old log-probs, gate, reference)
-  epochs: int = 1
-
 
 @dataclasses.dataclass(frozen=True)
 class PhaseCost:
@@ -97,34 +65,7 @@ class PhaseCost:
   seconds: float
 
 
-def sampling(cfg: ModelConfig, w: Workload, devices: int, rates: Rates, *,
-             weight_bytes: int = 2, cache_bytes: int = 2) -> PhaseCost:
-  """The JAX sampler's decode loop and prefill (see the module docstring)."""
-  rows_dev = w.rows / devices
-  r, lp = w.response_tokens, w.prompt_tokens
-  kv = costs.kv_bytes_per_position(cfg, cache_bytes)
-  read = (w.response_cap * weight_bytes * costs.all_params(cfg)
-          + rows_dev * kv * (r * lp + r * (r + 1) / 2))
-  decode_flops = rows_dev * r * costs.decode_flops_per_token(cfg, int(lp + r / 2))
-  prefill_flops = rows_dev * lp * costs.score_flops_per_token(cfg, int(lp))
-  seconds = (max(read / (rates.hbm_efficiency * rates.hbm_bytes_per_s),
-                 decode_flops / (rates.decode_mfu * rates.peak_flops))
-             + prefill_flops / (rates.score_mfu * rates.peak_flops))
-  return PhaseCost(devices * (decode_flops + prefill_flops), devices * read, seconds)
 
-
-def scoring(cfg: ModelConfig, w: Workload, devices: int, rates: Rates) -> PhaseCost:
-  """Teacher-forced forward passes over ``w.score_rows`` rows."""
-  t = w.prompt_tokens + w.response_tokens
-  flops = w.score_rows * t * costs.score_flops_per_token(cfg, int(t))
-  return PhaseCost(flops, 0.0, flops / (devices * rates.score_mfu * rates.peak_flops))
-
-
-def update(cfg: ModelConfig, w: Workload, devices: int, rates: Rates) -> PhaseCost:
-  """Forward and backward over every row, ``w.epochs`` times."""
-  t = w.prompt_tokens + w.response_tokens
-  flops = w.epochs * w.rows * t * costs.train_flops_per_token(cfg, int(t))
-  return PhaseCost(flops, 0.0, flops / (devices * rates.train_mfu * rates.peak_flops))
 
 
 def weight_sync(cfg: ModelConfig, engine: str, sync: str, rates: Rates, *, serve_bytes: int = 2,
@@ -166,62 +107,9 @@ def format_sync_choices(model_cfgs: dict, processes: int, used: str) -> str:
   return "\n".join(lines)
 
 
-def workload(train_cfg, *, mean_prompt_tokens: float, response_fill: float,
-             exchange_fraction: float) -> Workload:
-  """One model's step from the run config and the stated length assumptions."""
-  rows = train_cfg.prompts_per_step * train_cfg.n
-  scored = rows if train_cfg.old_logp_source == "teacher_forced" else 0
-  if train_cfg.method == "graft":
-    scored += int(exchange_fraction * train_cfg.prompts_per_step) * train_cfg.n
-  if train_cfg.method == "hacpo":
-    scored += rows  # the reference model's pass
-  return Workload(rows=rows, prompt_tokens=min(mean_prompt_tokens, train_cfg.max_prompt_len),
-                  response_cap=train_cfg.max_response_len,
-                  response_tokens=response_fill * train_cfg.max_response_len,
-                  score_rows=scored, epochs=train_cfg.ppo_epochs)
 
-
-def step_phases(train_cfg, model_cfgs: dict, devices: int, rates: Rates, *,
-                sync: str = "", **assumptions) -> dict:
-  """{model name: {phase: PhaseCost}} for one step; `sync`: the weight sync the run uses
-  (default: ``vllm.weight_sync``, 'auto' read as on GPUs)."""
-  if not sync:
-    from graft_jax.config.placement import sync_backend  # pylint: disable=import-outside-toplevel
-    sync = sync_backend(train_cfg, on_gpu=True)
-  w = workload(train_cfg, **assumptions)
-  out = {}
-  for name, mc in model_cfgs.items():
-    out[name] = {"sampling": sampling(mc, w, devices, rates),
-                 "scoring": scoring(mc, w, devices, rates),
-                 "update": update(mc, w, devices, rates),
-                 "weight sync": weight_sync(mc, train_cfg.engine, sync, rates)}
-  return out
-
-
-def step_seconds(phases: dict) -> float:
-  return sum(p.seconds for per_model in phases.values() for p in per_model.values())
 
 
 def run_steps(train_cfg, train_prompts: int) -> int:
   """The run's steps: ``total_steps``, else epochs x the train prompts' full steps."""
   return train_cfg.total_steps or train_cfg.epochs * (train_prompts // train_cfg.prompts_per_step)
-
-
-def format_phases(phases_by_rates: dict, steps: int, devices: int) -> str:
-  """Per model and phase: FLOPs, HBM bytes and seconds under each set of rates, then
-  the step and the run (``steps`` steps on ``devices`` devices) under each."""
-  names = list(phases_by_rates)
-  first = phases_by_rates[names[0]]
-  lines = [f"{'model':<16}{'phase':<13}{'TFLOP':>10}{'GB moved':>10}"
-           + "".join(f"{'s @ ' + n:>22}" for n in names)]
-  for model, per_phase in first.items():
-    for phase, cost in per_phase.items():
-      secs = "".join(f"{phases_by_rates[n][model][phase].seconds:>22.1f}" for n in names)
-      lines.append(f"{model:<16}{phase:<13}{cost.flops / 1e12:>10.0f}{cost.bytes / 1e9:>10.1f}"
-                   + secs)
-  for n in names:
-    step = step_seconds(phases_by_rates[n])
-    lines.append(f"step @ {n}: {step:.0f} s; the run's {steps} steps: "
-                 f"{step * steps / 3600:.1f} h, {step * steps * devices / 3600:.0f} GPU-hours "
-                 f"on {devices} devices")
-  return "\n".join(lines)

@@ -1,5 +1,5 @@
-"""launch/plan.py on a paper pair at short lengths: the fit per model, the phases with
-their FLOPs and seconds, the step and the run's GPU-hours, exit status 0 when it fits."""
+"""launch/plan.py on a paper pair at short lengths: the fit per model, every phase per
+engine, the step and the run's GPU-hours, exit status 0 when it fits."""
 
 import os
 import pathlib
@@ -24,11 +24,14 @@ def test_plan_prints_fit_phases_step_and_gpu_hours():
   assert proc.returncode == 0, out[-2000:] + proc.stderr[-2000:]
   for model in ("smollm3_3b", "qwen3_1p7b"):
     assert re.search(rf"^{model} .* yes ", out, re.M), out
-    for phase in ("sampling", "scoring", "update", "weight sync"):
-      assert re.search(rf"^{model}\s+{phase}\s", out, re.M), (model, phase)
-  # 1,024 prompts / 128 per step x 3 epochs = 24 steps
-  runs = re.findall(r"step @ (.+?): (\d+) s; the run's (\d+) steps: .* (\d+) GPU-hours on 4", out)
-  assert [r[0] for r in runs] == ["stated", "H200 check"] and all(r[2] == "24" for r in runs)
+  # 1,024 prompts / 128 per step x 3 epochs = 24 steps, for each engine
+  assert re.findall(r"^engine (\w+): 4 GPUs, (\d+) steps", out, re.M) == [
+      ("jax", "24"), ("vllm", "24")], out
+  for phase in ("sampling", "rewards", "exchange", "scoring", "update"):
+    assert len(re.findall(rf"^  {phase}\s+[\d.]+ s\s+[\d.]+ s\s+[\d.]+ s", out, re.M)) == 2, phase
+  hours = re.findall(r"^  run: (\d+) GPU-hours without validation, (\d+) with", out, re.M)
+  assert len(hours) == 2 and all(int(a) <= int(b) for a, b in hours), out
+  assert "step @" not in out  # the live-context estimate is gone
 
 
 def test_plan_prints_the_vllm_placement_per_gpu_and_the_sync_seconds():

@@ -7,7 +7,7 @@ from flax import nnx
 
 from graft_jax.models.config import ModelConfig
 from graft_jax.models.decoder import init_model
-from graft_jax.plan import costs, step_time
+from graft_jax.plan import costs
 
 TINY = ModelConfig(model_type="qwen3", vocab_size=100, hidden_size=8, intermediate_size=12,
                    num_layers=2, num_heads=4, num_kv_heads=2, head_dim=4, qk_norm=True)
@@ -42,27 +42,3 @@ def test_decode_bytes_and_ceiling_by_hand():
   bytes_step = 2 * costs.all_params(TINY) + 3 * 50 * kv
   assert costs.decode_bytes_per_step(TINY, 3, 50) == bytes_step
   assert costs.decode_tokens_per_s_ceiling(TINY, 3, 50, 1e12) == pytest.approx(3e12 / bytes_step)
-
-
-def test_sampling_reads_sum_step_by_step():
-  w = step_time.Workload(rows=8, prompt_tokens=5, response_cap=12, response_tokens=6,
-                         score_rows=8)
-  rates = step_time.Rates(peak_flops=1e30)  # bandwidth-bound
-  got = step_time.sampling(TINY, w, 2, rates)
-  kv = costs.kv_bytes_per_position(TINY)
-  per_device = 12 * 2 * costs.all_params(TINY)  # every decode step reads the weights
-  for s in range(1, 7):  # each of a device's 4 rows reads its cache until it ends
-    per_device += 4 * (5 + s) * kv
-  assert got.bytes == pytest.approx(2 * per_device)
-  assert got.seconds == pytest.approx(per_device / (0.7 * 4.8e12), rel=1e-6)
-
-
-def test_update_and_step_add_up():
-  w = step_time.Workload(rows=4, prompt_tokens=3, response_cap=8, response_tokens=5,
-                         score_rows=4, epochs=2)
-  rates = step_time.Rates()
-  got = step_time.update(TINY, w, 1, rates)
-  assert got.flops == 2 * 4 * 8 * costs.train_flops_per_token(TINY, 8)
-  assert got.seconds == pytest.approx(got.flops / (0.4 * 989e12))
-  phases = {"a": {"x": got, "y": got}, "b": {"x": got}}
-  assert step_time.step_seconds(phases) == pytest.approx(3 * got.seconds)

@@ -22,17 +22,19 @@ def test_sync_choices_by_hand():
   assert f"nccl, process 0 gathers {b * 3 / 4 / 20e9 + b / 100e9:.2f} s" in text
 
 
-def test_the_step_counts_the_sync_the_placement_picks():
+def test_the_push_is_the_sync_the_placement_picks():
   from graft_jax.config import run_config as config_lib
   from graft_jax.config import load as config_load
+  from graft_jax.config.placement import sync_backend
   cd = config_lib.load_config("configs/pair_smollm3_qwen3.py:vllm")
-  cfg = config_lib.from_config_dict(cd)
-  mc = {"qwen3_1p7b": ModelConfig.qwen3_1p7b()}
-  kw = dict(mean_prompt_tokens=256, response_fill=0.5, exchange_fraction=0.25)
-  auto = step_time.step_phases(cfg, mc, 2, step_time.Rates(), **kw)["qwen3_1p7b"]
-  assert auto["weight sync"].seconds == pytest.approx(2 * QWEN3_1P7B_PARAMS / 100e9)  # nccl
+  mc = ModelConfig.qwen3_1p7b()
+
+  def push_s():
+    cfg = config_lib.from_config_dict(cd)
+    sync = sync_backend(cfg, on_gpu=True)
+    return step_time.weight_sync(mc, cfg.engine, sync, step_time.Rates()).seconds
+
+  assert push_s() == pytest.approx(2 * QWEN3_1P7B_PARAMS / 100e9)  # auto: nccl on GPUs
   with cd.unlocked():
     config_load.set_field(cd, "vllm.weight_sync", "reload")
-  cfg = config_lib.from_config_dict(cd)
-  reload = step_time.step_phases(cfg, mc, 2, step_time.Rates(), **kw)["qwen3_1p7b"]
-  assert reload["weight sync"].seconds == pytest.approx(2 * QWEN3_1P7B_PARAMS / 0.2e9)
+  assert push_s() == pytest.approx(2 * QWEN3_1P7B_PARAMS / 0.2e9)
