@@ -172,8 +172,10 @@ class CheckpointConfig:
   # default: 4 bytes a parameter) or a cast, e.g. 'bfloat16' (half the size).
   export_dtype: str = 'stored'
   # Periodic saves copy the state to host memory and write it while the next step
-  # runs; the last save and a stop signal's save are always waited for.
-  async_save: bool = True
+  # runs; the last save and a stop signal's save are always waited for. Off by
+  # default: a failed background write adds orbax's own log lines to the one-line
+  # storage error. The pair configs turn it on (their saves are tens of GB).
+  async_save: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
