@@ -187,9 +187,8 @@ class Trainer:
 
   def save(self, *, force: bool = False) -> bool:
     """A periodic save (asynchronous under ``checkpoint.async_save``: its writing overlaps
-    the next step), or with `force` the last step's, after the saves in flight commit."""
-    if force:
-      self.checkpointer.wait()  # so that `steps` lists a step whose save is in flight
+    the next step), or with `force` the last step's; `Checkpointer.steps` waits for the
+    saves in flight, so a step whose save is still writing counts as saved."""
     if self.step in self.checkpointer.steps():
       return False
     meta = {"step": self.step, "stream_position": self.stream.position, "seed": self.cfg.seed,
