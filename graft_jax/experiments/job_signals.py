@@ -10,9 +10,13 @@ of the job; each saves the step in flight and stops; the driver waits for them
 console (``graft_jax.cli.guard``) prints as one line with exit code 75. A second
 signal ends every process at once, as it ends a lone trainer.
 
-A worker stops with its driver: Linux sends it SIGTERM when the driver dies
-(``prctl(PR_SET_PDEATHSIG)``), and a watchdog thread ends it once it is idle
-with no parent left (elsewhere it also sends that SIGTERM). Workers run in a
+A worker stops with its driver: Linux sends it a signal when the driver dies
+(``prctl(PR_SET_PDEATHSIG)``), which it turns into one SIGTERM, and a watchdog
+thread ends it once it is idle with no parent left (elsewhere it also sends
+that SIGTERM). The parent-death signal is ``PARENT_DEATH_SIGNAL``, not SIGTERM
+itself: Linux sends it each time the worker is handed to another thread of the
+dying driver, so a driver killed outright can send it several times, and a
+second SIGTERM would end the worker before it saves. Workers run in a
 process group of their own, so a terminal's Ctrl-C reaches the driver alone and
 each worker sees one signal, passed on once.
 
@@ -48,7 +52,9 @@ SAVE_GRACE_S = 300.0
 POLL_S = 0.2
 PARENT_ENV = "GRAFT_JOB_PARENT"  # a subprocess's driver pid: it stops when that one ends
 _PR_SET_PDEATHSIG = 1
+PARENT_DEATH_SIGNAL = signal.SIGUSR2  # sent once per exiting thread of the parent
 _worker = {"busy": False, "parent": None}
+_stop_sent = threading.Lock()  # taken, never given back, by the one stop a worker sends itself
 _active: list[preemption.StopSignals] = []
 
 
@@ -113,15 +119,29 @@ def run_task(fn, *args, **kwargs):
       os._exit(cli.STOPPED_EXIT)  # saved; nobody is left to take the result
 
 
+def _stop_once(signum: int) -> None:
+  """``signum`` to this process, unless a stop was already sent here by the driver's event
+  or its death: each way the driver can stop a worker counts once."""
+  if _stop_sent.acquire(blocking=False):
+    os.kill(os.getpid(), signum)
+
+
+def _parent_gone(signum=None, frame=None) -> None:
+  """The driver is gone: a SIGTERM to this process, however often this is called."""
+  del signum, frame
+  _stop_once(signal.SIGTERM)
+
+
 def die_with_parent(parent: int) -> bool:
-  """Asks Linux for SIGTERM when ``parent`` ends; False when that is left to a watchdog
-  (elsewhere than Linux)."""
+  """Asks Linux for ``PARENT_DEATH_SIGNAL`` when ``parent`` ends, turned into one SIGTERM;
+  False when that is left to a watchdog (elsewhere than Linux, or off the main thread)."""
   armed = False
-  if sys.platform.startswith("linux"):
+  if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread():
+    signal.signal(PARENT_DEATH_SIGNAL, _parent_gone)
     libc = ctypes.CDLL(None, use_errno=True)
-    armed = libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) == 0
-  if os.getppid() != parent:  # it ended before the request: the signal is sent here
-    os.kill(os.getpid(), signal.SIGTERM)
+    armed = libc.prctl(_PR_SET_PDEATHSIG, int(PARENT_DEATH_SIGNAL), 0, 0, 0) == 0
+  if os.getppid() != parent:  # it ended before the request: no signal will come
+    _parent_gone()
     return True
   return armed
 
@@ -137,15 +157,14 @@ def follow(parent: int, event=None, signum=None) -> None:
     while True:
       if event is not None and not passed and event.wait(POLL_S):
         passed = True
-        os.kill(os.getpid(), signum.value)
+        _stop_once(signum.value)
       elif event is None or passed:
         time.sleep(POLL_S)
       if os.getppid() != parent:
         if event is not None and not _worker["busy"]:  # a pool worker between tasks
           os._exit(cli.STOPPED_EXIT)
-        if not armed and not passed:
-          passed = True
-          os.kill(os.getpid(), signal.SIGTERM)
+        if not armed:
+          _parent_gone()
 
   threading.Thread(target=watch, daemon=True, name="job-parent-watch").start()
 

@@ -5,6 +5,7 @@ the driver is killed outright (``graft_jax.experiments.job_signals``, run throug
 
 import os
 import pathlib
+import platform
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import sys
 import pytest
 
 from graft_jax import cli
-from tests.experiments import job_processes
+from tests.experiments import job_child, job_processes
 
 pytestmark = pytest.mark.slow  # each starts Python three times, JAX imported
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -75,3 +76,20 @@ def test_workers_of_a_killed_driver_save_and_end(tmp_path):
   assert code == -signal.SIGKILL
   # The parent-death signal stops each at its next step, as a stop signal does.
   assert (job / "a.saved").exists() and (job / "b.saved").exists()
+
+
+@pytest.mark.skipif(platform.machine() not in job_child.SYS_EXIT, reason="exit(2) number")
+def test_a_worker_saves_when_the_parent_death_signal_comes_twice(tmp_path):
+  """Linux sends the parent-death signal each time a worker passes to another thread of its
+  dying driver; a second one that arrives during the save must not end it unsaved."""
+  job = tmp_path / "job"
+  job.mkdir()
+  proc, seen = subprocess.Popen(
+      [sys.executable, "-m", "tests.experiments.job_child", str(job), "--threads-end-apart"],
+      cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu")), {}
+  job_processes.wait_for(lambda: (job / "w.step").exists(), "the worker to count", proc,
+                         seen=seen, root=proc.pid)
+  assert proc.wait(timeout=300) == 0
+  job_processes.wait_for(lambda: not job_processes.running(seen), "the worker to end",
+                         timeout_s=60)
+  assert (job / "w.saved").exists()
