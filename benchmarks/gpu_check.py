@@ -13,7 +13,9 @@ every block rematerialised, blocks under a scan) at rows of 4,096 and 8,192 toke
   memory against the programs' own memory analysis (the plan's prediction);
 - scoring: `score_rows` (teacher-forced log-probs) tokens/s and MFU;
 - sampler: `JaxSamplerEngine` tokens/s from bf16 weights against its HBM-bound ceiling
-  at ``--hbm_tbps`` (`graft_jax.plan.costs`);
+  at ``--hbm_tbps`` (`graft_jax.plan.costs`); the slot pool (`ContinuousSamplerEngine`)
+  on lognormal lengths, its occupancy and share of HBM peak; the live-span decode kernel
+  against float64 (benchmarks/gpu_check_pool.py);
 - parity: a 2-layer slice's log-probs and gradient under each attention
   implementation against 'dense' (bf16 compute, a left-padded row).
 - nccl_local (only when named): the NCCL weight push's library, a 1-rank
@@ -52,6 +54,7 @@ from graft_jax.plan import costs
 from graft_jax.plan import memory as plan_memory
 
 from benchmarks import gpu_check_nccl
+from benchmarks import gpu_check_pool
 from benchmarks import gpu_check_step
 
 _DRY = flags.DEFINE_bool("dry", False, "tiny model and lengths, any backend (a CPU smoke run)")
@@ -177,10 +180,10 @@ def update_with(out: dict, attention: str, suffix: str = "") -> None:
       (grads_fn, grad_args), (apply_fn, apply_args) = update_program(
           graphdef, params, tx, loss, rows=1, length=t, slots=m)
       rng = np.random.default_rng(t)
-      specs = {f.name: getattr(grad_args[2], f.name) for f in dataclasses.fields(loss.Batch)}
+      specs = {f.name: getattr(grad_args[2][0], f.name) for f in dataclasses.fields(loss.Batch)}
       batch = loss.Batch(**{name: _fill(name, spec.shape, rng, cfg.vocab_size).astype(spec.dtype)
                             for name, spec in specs.items()})
-      scalars = {"share": np.full(m, 1 / m, np.float32), "from_update": np.zeros(m, np.float32),
+      scalars = {"share": np.full(m, 1 / m, np.float32),
                  **{k: np.full(m, v, np.float32) for k, v in loss.totals(_flat(batch)).items()}}
       grad_c = grads_fn.lower(*grad_args).compile()
       apply_c = apply_fn.lower(*apply_args).compile()
@@ -192,7 +195,8 @@ def update_with(out: dict, attention: str, suffix: str = "") -> None:
       zeros = jax.jit(lambda p: jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), p))
 
       def step():
-        acc, metrics = grad_c(state["params"], zeros(state["params"]), batch, scalars,
+        acc, metrics = grad_c(state["params"], zeros(state["params"]),
+                              (batch, np.zeros((m, 1), np.float32)), scalars,
                               np.int32(m), np.int32(0))
         state["params"], state["opt"], norm = apply_c(state["params"], state["opt"], acc)
         jax.block_until_ready((state["params"], norm, metrics))
@@ -291,6 +295,9 @@ def sampler_section(out: dict) -> None:
     out["sampler"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
     print(f"sampler: failed: {out['sampler']['error']}")
     traceback.print_exc(file=sys.stderr)
+  # The slot pool on the same prompts, and the live-span decode kernel.
+  gpu_check_pool.pool_section(out, model, prompts, n, slots=8 if _DRY.value else 256,
+                              hbm_tbps=_HBM.value, dry=_DRY.value)
 
 
 def parity_section(out: dict) -> None:

@@ -153,7 +153,7 @@ class JaxSide:
   def update_program(self, micro: bool):
     """(the compiled gradient program of one minibatch, its arguments): every row in
     one micro-batch, or micro-batches of the run's budget (``perf.micro_batch_tokens``)."""
-    from graft_jax.train import length_packing
+    from graft_jax.packing import length_packing
     from graft_jax.train.update import micro_batch_budget, update_program
 
     p, (batch, loss) = self.policy, self.update_batch()
@@ -164,11 +164,10 @@ class JaxSide:
     (grads, _), _ = update_program(p.graphdef, p.params, p.tx, loss, rows=rows, length=length,
                                    slots=slots)
     stack = length_packing.stack_micro_batches(
-        batch, [np.arange(i * rows, min(b, (i + 1) * rows)) for i in range(slots)], rows,
+        (batch, np.zeros(b, np.float32)), [np.arange(i * rows, min(b, (i + 1) * rows)) for i in range(slots)], rows,
         length, slots)
     scalars = {k: np.full(slots, v, np.float32) for k, v in loss.totals(batch).items()}
-    scalars.update(share=np.full(slots, 1 / slots, np.float32),
-                   from_update=np.zeros(slots, np.float32))
+    scalars["share"] = np.full(slots, 1 / slots, np.float32)
     acc = jax.tree.map(lambda x: np.zeros(x.shape, np.float32), p.params)
     args = (p.params, acc, stack, scalars, np.int32(slots), np.int32(0))
     return grads.lower(*args).compile(), args

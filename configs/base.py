@@ -38,6 +38,7 @@ PRESETS = {
     'sgt_graft_prompts': _set(method='sgt', **{'sgt.prompts': 'graft_selected'}),
     'hacpo_graft_prompts': _set(method='hacpo', **{'hacpo.prompts': 'graft_selected'}),
     'replay': _set(method='replay'),
+    'luffy': _set(method='luffy'),
     # GRAFT ablations (graft_jax.train.peer_rows and graft_jax.core docstrings).
     'pooled': _set(**{'graft.advantages': 'pooled'}),
     'success_only': _set(**{'graft.transfer': 'success_only'}),
@@ -116,15 +117,18 @@ def pair_config(arg, *, pair, model_a, model_b):
 
 
 def four_gpu_placement(c):
-  """A pair on one 4-GPU node (4 x H200) with vLLM, from launch/plan.py's memory plan:
-  the trainer on all four GPUs (FSDP over four, so the update, a step's largest phase,
-  has every GPU), each model's server on GPU 2 or 3 with 0.45 of it. The trainer's
-  share is then what a server leaves, 0.5, about 65 GiB: each pair's largest update
-  plus the workspace margin needs under 45 GiB. A server's bf16 weights (under 6 GiB)
-  leave it over 50 GiB of KV cache. Weights go by NCCL from GPU 0 to the servers'
-  GPUs ('auto'); all four GPUs stay in the update while sampling is sequential."""
+  """A pair on one 4-GPU node (4 x H200) with vLLM, from launch/plan.py's plans: the
+  trainer on all four GPUs (FSDP over four, so the update, a step's largest phase, has
+  every GPU), and four servers per model, one on each GPU with 0.25 of it
+  (``vllm.data_parallel``): a step's prompts split over them, so sampling reads from
+  all four GPUs' memory instead of one GPU per model (docs/clusters.md). The trainer's
+  share is what the servers leave, 0.45, about 59 GiB: the plan's largest update of
+  the pair plus the workspace margin needs 38 GiB. A server's bf16 weights (under 6
+  GiB) leave it about 27 GiB of KV cache. Weights go to the servers on GPUs 1-3 by
+  NCCL and to the ones on GPU 0, the sender's, by CUDA IPC ('auto')."""
   c.jax_devices = ()
-  c.vllm.gpus.model_a = (2,)
-  c.vllm.gpus.model_b = (3,)
-  c.vllm.gpu_memory_utilization = 0.45
+  c.vllm.gpus.model_a = (0, 1, 2, 3)
+  c.vllm.gpus.model_b = (0, 1, 2, 3)
+  c.vllm.data_parallel = 4
+  c.vllm.gpu_memory_utilization = 0.25
   c.vllm.weight_sync = 'auto'

@@ -6,7 +6,7 @@ and ``--config.<field>=<value>``, ml_collections' ``config_flags``) or to ``guar
 data row, an unreadable checkpoint or model, a vLLM fault) prints one line
 naming the field, file or line and exits non-zero: 2 when the command line or
 config is wrong and nothing ran, 1 when the run stopped. A run stopped by a
-signal after saving (``graft_jax.train.preemption.Stopped``) prints its one
+signal after saving (``graft_jax.preemption.Stopped``) prints its one
 line and exits 75 (``STOPPED_EXIT``, sysexits' EX_TEMPFAIL): the same command
 resumes.
 ``--verbose`` (or ``GRAFT_VERBOSE=1``) shows the traceback instead, and
@@ -28,7 +28,7 @@ from ml_collections import config_flags
 
 from graft_jax import distributed
 from graft_jax.config import load as config_load
-from graft_jax.train import preemption
+from graft_jax import preemption
 from graft_jax.outputs import progress
 
 VERBOSE_ENV = "GRAFT_VERBOSE"

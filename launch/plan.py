@@ -71,11 +71,11 @@ def main(config_dict):
   import dataclasses  # pylint: disable=import-outside-toplevel
   import jax  # pylint: disable=import-outside-toplevel
   from graft_jax.plan import run, step_time  # pylint: disable=import-outside-toplevel
-  from graft_jax.config import run_config as config_lib  # pylint: disable=import-outside-toplevel
   from graft_jax.config.checks import policy_configs  # pylint: disable=import-outside-toplevel
   from graft_jax.config.placement import sync_backend  # pylint: disable=import-outside-toplevel
 
-  cfg = config_lib.from_config_dict(config_dict)
+  from graft_jax.train import methods  # pylint: disable=import-outside-toplevel
+  cfg = methods.from_config_dict(config_dict)
   margin = int(_MARGIN.value * 2**30)
   trainer = run.trainer_devices(cfg, _DEVICES.value)  # the mesh: the trainer's GPUs
   mesh, available, table = run.plan(cfg, jax.devices()[:trainer],
@@ -101,7 +101,8 @@ def main(config_dict):
 
 def print_phases(cfg, models, devices, rates, steps, sync):
   """Every phase per engine, as the code runs it (graft_jax.plan.phases)."""
-  from graft_jax.plan import phases  # pylint: disable=import-outside-toplevel
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  from graft_jax.plan import phases, server_layout  # pylint: disable=import-outside-toplevel
   from graft_jax.plan.lengths import ResponseLengths  # pylint: disable=import-outside-toplevel
   lengths = ResponseLengths(cfg.max_response_len, min(_MEAN.value, cfg.max_response_len - 1),
                             _SHAPE.value)
@@ -113,10 +114,25 @@ def print_phases(cfg, models, devices, rates, steps, sync):
         f"{lengths.expected():.0f} of {lengths.cap} tokens, gamma shape {lengths.shape}, "
         f"{lengths.truncated:.1%} at the cap; prompts: mean {_PROMPT.value:.0f}, longest "
         f"{_LONGEST.value}; {_SIGNAL.value:.0%} of rows with a signal (docs/plan.md)")
-  for engine in ("jax", "vllm"):
-    print(phases.format_plan(phases.plan_engine(cfg, models, engine, devices, rates, a, steps,
-                                                sync=sync if cfg.engine == "vllm" else "nccl"),
-                             models))
+  sync = sync if cfg.engine == "vllm" else "nccl"
+  print(phases.format_plan(phases.plan_engine(cfg, models, "jax", devices, rates, a, steps),
+                           models))
+  # vLLM's two placements of a node side by side (graft_jax.plan.server_layout).
+  replicas = dataclasses.replace(server_layout.REPLICAS_4, replicas=devices)
+  plans = {"dedicated": phases.plan_engine(cfg, models, "vllm", devices, rates, a, steps,
+                                           sync=sync, layout=server_layout.DEDICATED)}
+  mine = server_layout.from_config(cfg) if cfg.engine == "vllm" else replicas
+  print(phases.format_plan(phases.plan_engine(cfg, models, "vllm", devices, rates, a, steps,
+                                              sync=sync, layout=mine), models)
+        + f"\n  servers: {mine.describe()}")
+  d, r = plans["dedicated"], phases.plan_engine(cfg, models, "vllm", devices, rates, a, steps,
+                                                 sync=sync, layout=mine)
+  print(f"\nvLLM placements: {mine.describe()} | {server_layout.DEDICATED.describe()}\n"
+        f"  sampling per step {r.phase_seconds('sampling'):.1f} s vs "
+        f"{d.phase_seconds('sampling'):.1f} s "
+        f"({r.phase_seconds('sampling') / d.phase_seconds('sampling'):.2f}x); "
+        f"step {r.step_seconds:.0f} s vs {d.step_seconds:.0f} s; run {r.gpu_hours(True):.0f} vs "
+        f"{d.gpu_hours(True):.0f} GPU-hours with validation")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from absl import flags
 
 from graft_jax import cli, distributed
 from graft_jax.config import run_config as config_lib
-from graft_jax.train import preemption
+from graft_jax import preemption
 from graft_jax.outputs import progress
 from graft_jax.outputs import workdir_lock
 
@@ -34,9 +34,12 @@ _STEPS = flags.DEFINE_integer("steps", None, "stop after this many steps (defaul
 def main(config_dict):
   if _WORKDIR.value:
     config_dict.workdir = _WORKDIR.value
-  cfg = config_lib.from_config_dict(config_dict)
-  from graft_jax.train import setup  # JAX and the models: after the config is known to be good
-  config_lib.check_paths(cfg, pending=setup.toy_pair_folders())
+  from graft_jax.train import methods
+  cfg = methods.from_config_dict(config_dict)  # the method's name first, then every field
+  # The models: after the config is known to be good.
+  from graft_jax.toy import pair as toy_pair
+  from graft_jax.train import setup
+  methods.check_paths(cfg, pending=toy_pair.default_folders())
   setup.start_processes(cfg)  # joins a multi-process run's other processes (README: Multi-host)
   # After start-up, whose SIGTERM handler (jax.distributed's) this replaces; a signal while
   # the models load stops the run before its first step.
@@ -45,11 +48,14 @@ def main(config_dict):
 
 
 def train(cfg, stop):
-  from graft_jax.train import setup
+  from graft_jax.toy import pair as toy_pair
+  from graft_jax.train import methods, setup
   if distributed.is_writer():  # process 0 writes the run's files
-    config_lib.write_run_config(cfg)  # a resume that changes the math stops here
+    methods.write_run_config(cfg)  # a resume that changes the math stops here
   start = time.perf_counter()
-  trainer = setup.build_trainer(cfg)
+  # A config naming the toy pair's folders (configs/toy.py) builds the pair on first use.
+  trainer = setup.build_trainer(cfg, build_models=lambda c: toy_pair.ensure_if_named(
+      m.path for m in config_lib.policy_configs(c)))
   try:
     trainer.run(_STEPS.value, stop)
     if cfg.checkpoint.export_hf:

@@ -14,7 +14,7 @@ import contextlib
 
 import jax
 
-from graft_jax.backends import cpu
+from graft_jax.backends import cpu, gpu
 
 
 _TARGET: list[str] = []  # set by `traced_for`
@@ -58,6 +58,17 @@ def decode_attention(*operands, scale: float):
   """The CPU kernel's decode step (`graft_jax.backends.cpu.decode_kernel.decode_attention`);
   call it only where `decode_attention_reason` gives None."""
   return cpu.decode_kernel.decode_attention(*operands, scale=scale)
+
+
+def live_decode_attention(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, start_B, end_B, *, scale: float,
+                          block_k: int = 64):
+  """A decode step's attention over each row's live slots [start_B, end_B) that reads
+  only the KV blocks meeting them (`graft_jax.backends.gpu.live_decode`): the Pallas
+  kernel on a GPU, elsewhere the same kernel in Pallas's interpret mode (slow; for
+  checks). Returns (out_BxKxGxH, blocks read per row and kv head)."""
+  return gpu.live_decode.decode_attention(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, start_B, end_B,
+                                          scale=scale, block_k=block_k,
+                                          interpret=platform() != "gpu")
 
 
 def sampler_streams() -> int:

@@ -6,7 +6,6 @@ of files and folders the run will open or write.
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import math
 import os
@@ -14,12 +13,13 @@ import pathlib
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
+from graft_jax.config.load import flatten
+from graft_jax.config.errors import MOVED, ConfigError, PathError, did_you_mean
 from graft_jax.rewards import select as reward_select
 from graft_jax.sharding.mesh import MeshAxisError
 
-METHODS = ('graft', 'grpo', 'hacpo', 'sgt', 'replay')
+# `method` is the registry's (graft_jax.train.methods), checked where a run loads its config.
 _ENUMS = {
-    'method': METHODS,
     'engine': ('jax', 'vllm'),
     'dtype': ('bfloat16', 'float32', 'float16'),
     'param_dtype': ('float32', 'bfloat16'),
@@ -37,40 +37,12 @@ _ENUMS = {
     'vllm.dtype': ('bfloat16', 'float16', 'float32', 'auto'),
     'vllm.weight_sync': ('auto', 'reload', 'nccl', 'ipc'),
     'rollout.concurrent': ('auto', 'on', 'off'),
+    'rollout.sampler': ('static', 'pool'),
     'checkpoint.export_dtype': ('stored', 'bfloat16', 'float32', 'float16'),
     'logging.wandb_mode': ('online', 'offline'),
 }
 # Model names become file and folder names of the peer logs.
 _NAME_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]*$')
-
-
-class ConfigError(ValueError):
-  """An impossible config value or combination; the message names the field.
-
-  ``field`` is the dotted field when one is to blame, so a launcher can name
-  the flag that set it.
-  """
-
-  def __init__(self, message: str, *, field: str | None = None):
-    super().__init__(message)
-    self.field = field
-
-
-class PathError(FileNotFoundError):
-  """A file or folder the config names is missing or unusable; names the field."""
-
-  def __init__(self, field: str, message: str):
-    super().__init__(f'{field}: {message}')
-    self.field = field
-
-
-def did_you_mean(name: str, known: Iterable[str]) -> str:
-  """`` (did you mean 'x'?)`` for the closest of ``known``, or ``''``; a field's old
-  dotted name (``MOVED``) suggests its new one."""
-  known = list(known)
-  moved = MOVED.get(name)
-  close = [moved] if moved in known else difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-  return f' (did you mean {close[0]!r}?)' if close else ''
 
 
 def _get(cfg: Any, field: str) -> Any:
@@ -136,8 +108,6 @@ def validate(cfg: Any) -> None:
   _check_optimization(cfg)
   _check_methods(cfg)
   _check_io(cfg)
-  from graft_jax.config import placement as config_placement  # pylint: disable=import-outside-toplevel
-  config_placement.validate(cfg)
 
 
 def _check_models(cfg) -> None:
@@ -167,11 +137,6 @@ def _check_model_list(cfg) -> None:
   if set_pair:
     raise ConfigError(f'models and {set_pair[0]} are both set; list every model in models and '
                       f'leave model_a / model_b at their defaults', field='models')
-  from graft_jax.train import methods  # pylint: disable=import-outside-toplevel
-  method = methods.REGISTRY.get(cfg.method)
-  if k > 2 and method is not None and method.pair_only:
-    raise ConfigError(f'models has {k} entries but method={cfg.method} is defined for a pair '
-                      f'of models; list 2 models or use method=graft or grpo', field='models')
 
 
 def _check_batching(cfg) -> None:
@@ -190,6 +155,8 @@ def _check_batching(cfg) -> None:
   _check_range(cfg, 'rollout.temperature', lo=0)
   _check_range(cfg, 'rollout.top_p', lo=0, hi=1, lo_open=True)
   _check_range(cfg, 'rollout.top_k', lo=0)
+  _check_range(cfg, 'rollout.pool_slots', lo=1)
+  _check_range(cfg, 'rollout.pool_prefill_chunk', lo=1)
   try:
     cfg.mesh.check()
   except MeshAxisError as e:
@@ -228,13 +195,7 @@ def _check_methods(cfg) -> None:
   _check_range(cfg, 'hacpo.cross_clip_step', lo=0)
   _check_range(cfg, 'hacpo.kl_coef', lo=0)
   _check_range(cfg, 'hacpo.minibatch_prompts', lo=1)
-  if cfg.method == 'hacpo' and cfg.prompts_per_step % h.minibatch_prompts:
-    raise ConfigError(
-        f'hacpo.minibatch_prompts ({h.minibatch_prompts}) must divide '
-        f'prompts_per_step ({cfg.prompts_per_step})')
   _check_range(cfg, 'sgt.coef', lo=0)
-  if cfg.method == 'replay' and not cfg.replay.log_dir:
-    raise ConfigError('method=replay needs replay.log_dir')
 
 
 def _check_io(cfg) -> None:
@@ -243,6 +204,7 @@ def _check_io(cfg) -> None:
     raise ConfigError(f'reward.kind {problem}', field='reward.kind')
   _check_range(cfg, 'reward.timeout_s', lo=0, lo_open=True)
   _check_range(cfg, 'reward.num_workers', lo=1)
+  _check_range(cfg, 'reward.success_threshold', lo=0)
   _check_range(cfg, 'eval.every_steps', lo=0)
   _check_range(cfg, 'eval.temperature', lo=0)
   _check_range(cfg, 'eval.top_p', lo=0, hi=1, lo_open=True)
@@ -323,12 +285,13 @@ def _check_weight_sync(sync: str, environ: Mapping[str, str] = os.environ) -> No
 # sampling or the objective, so a checkpoint taken under other values belongs to
 # another experiment. A name covers its sub-fields ('graft' is every graft.*).
 # Everything else (workdir, steps, logging, eval, checkpoints, mesh, perf, the
-# engine, vLLM and start-up settings) may change; it is logged.
+# engine, vLLM and start-up settings) may change; it is logged. A method's own
+# section is its ``Method.resume_locked``, passed in as ``locked``.
 RESUME_LOCKED = (
     'method', 'seed', 'model_a', 'model_b', 'models', 'data', 'prompts_per_step', 'n',
     'num_minibatches', 'ppo_epochs', 'max_prompt_len', 'max_response_len',
     'rollout.temperature', 'rollout.top_p', 'rollout.top_k', 'optimizer', 'dtype', 'param_dtype', 'clip_low', 'clip_high', 'scale_by_std',
-    'old_logp_source', 'graft', 'hacpo', 'sgt', 'replay', 'reward.kind')
+    'old_logp_source', 'reward.kind', 'reward.success_threshold')
 
 # Fields that decide how the checkpoint stores the parameters and optimizer
 # state (perf.scan_layers: the blocks stacked on a layer axis, or one entry per
@@ -336,22 +299,13 @@ RESUME_LOCKED = (
 # layout.
 RESUME_LAYOUT = ('perf.scan_layers',)
 
-# Fields that moved: the dotted name a config.json of older code stores (and an
-# override may still use) -> the field's name now.
-MOVED = {
-    **{f: f'perf.{f}' for f in ('micro_batch_tokens', 'remat', 'scan_layers', 'attention_impl',
-                                'attention_block', 'decode_attention', 'compile_cache_dir')},
-    'rollout.max_kv_bytes': 'perf.sampler_max_kv_bytes',
-    'rollout.streams': 'perf.sampler_streams',
-}
-
-
-def resume_locked(field: str) -> bool:
-  return any(field == f or field.startswith(f + '.') for f in RESUME_LOCKED)
+def resume_locked(field: str, locked: Iterable[str] = ()) -> bool:
+  """``field`` is one of ``RESUME_LOCKED`` or ``locked`` (a method's own sections), or under one."""
+  return any(field == f or field.startswith(f + '.') for f in (*RESUME_LOCKED, *locked))
 
 
 def check_resume(stored: Mapping[str, Any], current: Mapping[str, Any], *,
-                 where: str) -> list[tuple[str, Any, Any]]:
+                 where: str, locked: Iterable[str] = ()) -> list[tuple[str, Any, Any]]:
   """Compares the config a checkpointed run wrote (``stored``) with the one resuming it.
 
   Both are nested plain dicts (``dataclasses.asdict`` / JSON). Returns the
@@ -363,14 +317,13 @@ def check_resume(stored: Mapping[str, Any], current: Mapping[str, Any], *,
     ConfigError: naming the first field of ``RESUME_LOCKED`` or ``RESUME_LAYOUT``
       that differs and both values; ``where`` names the stored config's file.
   """
-  from graft_jax.config.load import flatten  # pylint: disable=import-outside-toplevel
   old = {MOVED.get(k, k): v for k, v in flatten(stored).items()}
   new = flatten(current)
   allowed = []
   for field in sorted(old.keys() | new.keys()):
     a, b = old.get(field), new.get(field)
     if field in old and field in new and _plain(a) != _plain(b):
-      if resume_locked(field):
+      if resume_locked(field, locked):
         raise ConfigError(
             f'{field} is {_plain(b)!r} but the checkpointed run in {where} has '
             f'{_plain(a)!r}; a resumed run keeps every field that changes the math '
@@ -391,7 +344,8 @@ def _plain(value: Any) -> Any:
   return list(value) if isinstance(value, tuple) else value
 
 
-def check_paths(cfg: Any, *, pending: Iterable[str | os.PathLike] = ()) -> None:
+def check_paths(cfg: Any, *, pending: Iterable[str | os.PathLike] = (),
+                models: Sequence[tuple[str, Any]] | None = None) -> None:
   """Launch-time check of every file and folder the run opens or writes.
 
   Output folders (workdir, checkpoint.dir, logging.peer_log_dir) must be
@@ -399,7 +353,10 @@ def check_paths(cfg: Any, *, pending: Iterable[str | os.PathLike] = ()) -> None:
   with its config.json, the training data, each validation benchmark file,
   the replayed peer's logs, the vLLM interpreter; a reward of your own
   (``reward.kind`` as a dotted path) must import. Folders in ``pending`` are
-  built on first use (the toy pair) and may be missing.
+  built on first use (the toy pair) and may be missing. ``models``: the
+  ``(field, PolicyConfig)`` whose folders the run loads (default: every model);
+  a method's own inputs are its ``Method.paths``
+  (`graft_jax.train.methods.check_paths` runs both).
 
   Raises:
     PathError: naming the config field, the path and what is wrong with it.
@@ -410,26 +367,15 @@ def check_paths(cfg: Any, *, pending: Iterable[str | os.PathLike] = ()) -> None:
     if path:
       check_writable(field, path)
   pending = {pathlib.Path(p).absolute() for p in pending}
-  models = policy_fields(cfg)
-  if cfg.method == 'replay':  # the peer is its logs
-    models = models[:1]
-  for field, m in models:
+  for field, m in policy_fields(cfg) if models is None else models:
     if not (m.path and pathlib.Path(m.path).absolute() in pending):
       check_model_folder(f'{field}.path', m.path)
   needed: list[tuple[str, str]] = []
-  if cfg.method == 'replay':
-    needed.append(('replay.log_dir', cfg.replay.log_dir))
   if cfg.data.source != 'synthetic':
     needed.append(('data.train_path', cfg.data.train_path))
   if cfg.engine == 'vllm':
     needed.append(('vllm.python', cfg.vllm.python))
   _require(needed)
-  if cfg.method == 'replay':
-    field, peer = policy_fields(cfg)[1]
-    logs = pathlib.Path(cfg.replay.log_dir, peer.name)
-    if not logs.is_dir():
-      raise PathError('replay.log_dir', f'no peer logs of {field}.name {peer.name!r} '
-                      f'(no folder {str(logs)!r})')
   if cfg.eval.every_steps:
     _check_benchmarks(cfg.eval)
   if cfg.reward.kind not in reward_select.KINDS:
@@ -478,7 +424,6 @@ def _check_benchmarks(e) -> None:
   if not os.path.isdir(e.data_dir):
     raise PathError('eval.data_dir', f'no such folder {e.data_dir!r}; it holds the validation '
                     f'benchmarks {", ".join(names)} as <name>.jsonl (or .json, .parquet), {hint}')
-  from graft_jax.train.validation import benchmark_file  # pulls in the eval stack
   missing = []
   for name in names:
     try:
@@ -488,6 +433,20 @@ def _check_benchmarks(e) -> None:
   if missing:
     raise PathError('eval.data_dir', f'no {", ".join(f"{n}.jsonl" for n in missing)} (or .json, '
                     f'.parquet) in {e.data_dir!r} for eval.suite; {hint}')
+
+
+_BENCHMARK_SUFFIXES = ('.jsonl', '.json', '.parquet')
+
+
+def benchmark_file(data_dir: str, name: str) -> pathlib.Path:
+  """``<data_dir>/<name>.jsonl`` (or .json / .parquet): the first that exists."""
+  for suffix in _BENCHMARK_SUFFIXES:
+    path = pathlib.Path(data_dir, name + suffix)
+    if path.is_file():
+      return path
+  raise FileNotFoundError(
+      f'eval.suite names {name!r}: no {name}.jsonl, {name}.json or {name}.parquet in '
+      f'eval.data_dir {data_dir!r}')
 
 
 def _require(needed: Sequence[tuple[str, str]]) -> None:

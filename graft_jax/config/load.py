@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping
 from absl import flags
 from ml_collections.config_flags import config_flags, tuple_parser
 
-from graft_jax.config.checks import ConfigError, did_you_mean
+from graft_jax.config.errors import ConfigError, did_you_mean
 
 
 def build_dataclass(cls: type, mapping: Mapping[str, Any],

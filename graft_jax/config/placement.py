@@ -94,11 +94,22 @@ def _check_ids(field: str, ids) -> None:
 def _check_servers(cfg) -> None:
   v = cfg.vllm
   placed = {field: gpus for field, _, gpus in server_gpus(cfg) if gpus}
+  if v.data_parallel < 1:
+    raise ConfigError(f'vllm.data_parallel must be >= 1 (servers per model), got '
+                      f'{v.data_parallel}', field='vllm.data_parallel')
+  if v.data_parallel > 1 and (cfg.distributed.coordinator_address or cfg.distributed.auto):
+    raise ConfigError('vllm.data_parallel > 1 runs under one trainer process; under several, '
+                      'use one server per model', field='vllm.data_parallel')
   for field, gpus in placed.items():
-    if v.tensor_parallel_size not in (1, len(gpus)):
+    if len(gpus) % v.data_parallel:
+      raise ConfigError(f'{field}={gpus} does not split into vllm.data_parallel='
+                        f'{v.data_parallel} servers of equal GPU counts',
+                        field='vllm.data_parallel')
+    size = len(gpus) // v.data_parallel
+    if v.tensor_parallel_size not in (1, size):
       raise ConfigError(f'vllm.tensor_parallel_size={v.tensor_parallel_size} disagrees with '
                         f'{field}={gpus}: a placed server runs tensor-parallel over its '
-                        f'{len(gpus)} GPU(s); leave vllm.tensor_parallel_size at 1',
+                        f'{size} GPU(s); leave vllm.tensor_parallel_size at 1',
                         field='vllm.tensor_parallel_size')
   if not placed:
     return
@@ -153,24 +164,38 @@ def trainer_fraction(cfg) -> float:
   return round(min(left, TRAINER_ALONE_FRACTION), 4)
 
 
-def sync_backend(cfg, *, on_gpu: bool, processes: int = 1) -> str:
-  """The weight sync the run uses: ``vllm.weight_sync`` unless 'auto'. 'auto' is 'nccl'
-  when the trainer is on CUDA GPUs and every server is placed off the GPU that sends
-  (process 0's first trainer GPU); 'ipc' for a single process whose one-GPU servers all
-  sit on that GPU; 'reload' otherwise (CPUs, unplaced servers), the path that runs
-  anywhere."""
+def sync_backend(cfg, *, on_gpu: bool, processes: int = 1, gpus=None) -> str:
+  """The weight sync of the server on ``gpus`` (None: the run's, over every server):
+  ``vllm.weight_sync`` unless 'auto'. 'auto' is 'nccl' for a server placed off the GPU
+  that sends (process 0's first trainer GPU); 'ipc' for a single process and a one-GPU
+  server on that GPU (NCCL cannot join two ranks on one GPU); 'reload' otherwise
+  (CPUs, unplaced servers), the path that runs anywhere. Over every server: the one
+  choice when all agree, else 'nccl' when every server can take a push (replicas on
+  every GPU: the one on the sender's GPU by 'ipc', the rest by 'nccl')."""
   sync = cfg.vllm.weight_sync
   if sync != 'auto':
     return sync
-  servers = [gpus for _, _, gpus in server_gpus(cfg)]
-  if cfg.engine != 'vllm' or not on_gpu or not all(servers):
+  groups = ([tuple(gpus)] if gpus is not None else
+            [g for _, _, placed in server_gpus(cfg)
+             for g in (replica_gpus(placed, cfg.vllm.data_parallel) if placed else [()])])
+  if cfg.engine != 'vllm' or not on_gpu or not all(groups):
     return 'reload'
   sender = cfg.jax_devices[0] if cfg.jax_devices else 0
-  if not any(sender in gpus for gpus in servers):
-    return 'nccl'
-  if processes == 1 and all(gpus == (sender,) for gpus in servers):
-    return 'ipc'
-  return 'reload'
+  choices = {'nccl' if sender not in g else
+             'ipc' if processes == 1 and g == (sender,) else 'reload' for g in groups}
+  if len(choices) == 1:
+    return choices.pop()
+  return 'reload' if 'reload' in choices else 'nccl'
+
+
+def replica_gpus(gpus, replicas: int) -> list[tuple[int, ...]]:
+  """A model's ``vllm.gpus`` split into ``vllm.data_parallel`` servers' GPUs, in order
+  (``()``, unplaced, gives ``replicas`` unplaced servers)."""
+  gpus = tuple(gpus)
+  if not gpus:
+    return [()] * replicas
+  size = len(gpus) // replicas
+  return [gpus[i * size:(i + 1) * size] for i in range(replicas)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,7 +279,8 @@ def check_start(cfg, *, gpus: int | None, device_bytes: int | None,
     if name not in by_name:
       continue
     f = by_name[name]
-    weights = f.params * f.serve_bytes_per_param / max(len(ids), 1)
+    # Each of the model's vllm.data_parallel servers holds all its weights over its GPUs.
+    weights = f.params * f.serve_bytes_per_param * cfg.vllm.data_parallel / max(len(ids), 1)
     if weights >= share:
       raise ConfigError(
           f'{f.name}\'s served weights take {weights / 2**30:.1f} GiB per GPU of {field}={ids}, '

@@ -20,6 +20,7 @@ import ml_collections
 
 from graft_jax.config import checks as config_checks
 from graft_jax.config import load as config_load
+from graft_jax.config import placement as config_placement
 from graft_jax.sharding.mesh import MeshConfig
 
 ConfigError = config_checks.ConfigError
@@ -27,10 +28,12 @@ PathError = config_checks.PathError
 check_paths = config_checks.check_paths
 policy_configs = config_checks.policy_configs
 import_config_file = config_load.import_config_file
+# The file orbax writes last into a checkpoint step: the step is complete when it exists.
+# The resume check here and the checkpointer (graft_jax.outputs.checkpoint) both read it.
+COMMIT_MARKER = 'commit_success.txt'
 load_config = config_load.load_config
 apply_overrides = config_load.apply_overrides
 
-METHODS = config_checks.METHODS
 log = logging.getLogger(__name__)
 
 
@@ -77,6 +80,14 @@ class RolloutConfig:
   # process (vLLM) under one trainer process, 'on' = the same but stop the run where
   # it cannot, 'off' = one model after the other. The rollouts are the same.
   concurrent: str = 'auto'
+  # The JAX engine (engine='jax'): 'static' decodes each call's rows until its longest
+  # stops (graft_jax.rollout.jax_engine); 'pool' keeps ``pool_slots`` decode slots busy,
+  # a finished row's slot taking the next waiting (prompt, sample), and validates the
+  # whole suite in one call per model (graft_jax.rollout.continuous). Same keys, same
+  # tokens. The pool runs on one device (no mesh).
+  sampler: str = 'static'
+  pool_slots: int = 64  # decode rows of the pool; its KV cache holds this many windows
+  pool_prefill_chunk: int = 16  # prompt tokens per prefill pass (a prompt takes a multiple)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +139,12 @@ class SgtConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class LuffyConfig:
+  """Policy shaping on grafted tokens (graft_jax.train.methods.luffy)."""
+  gamma: float = 0.1  # pi / (pi + gamma) replaces the clipped ratio
+
+
+@dataclasses.dataclass(frozen=True)
 class ReplayConfig:
   """Stored-log replay: model_a learns from model_b's logs in `log_dir`."""
   log_dir: str = ''
@@ -142,6 +159,10 @@ class RewardConfig:
   kind: str = 'math_verify'
   timeout_s: float = 5.0  # math_verify: a verifier timeout scores 0
   num_workers: int = 2  # math_verify: verifier processes
+  # A method that counts successes (GRAFT's selection, SGT, HACPO, replay) needs 0/1
+  # rewards; a reward of partial credit sets the score that counts as one (>=).
+  # 0: rewards must be 0 or 1, checked as they come.
+  success_threshold: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,6 +258,9 @@ class VllmConfig:
   # Placement (README: Multi-host): each server's GPUs (its CUDA_VISIBLE_DEVICES;
   # the tensor-parallel size is their count); () = every visible device.
   gpus: VllmGpusConfig = VllmGpusConfig()
+  # Servers per model (data-parallel replicas): each model's vllm.gpus split into this
+  # many servers, the prompts of a call split among them (docs/clusters.md).
+  data_parallel: int = 1
   host: str = '127.0.0.1'  # bind address; '0.0.0.0' serves other nodes
   # The NCCL library the servers load for 'nccl' pushes (VLLM_NCCL_SO_PATH); '' = the
   # vLLM venv's own. Its version must be the trainer's (graft_jax.train.preflight).
@@ -260,6 +284,10 @@ class PerfConfig:
   # Tokens (rows x padded length) per device per gradient micro-batch; 0 = the
   # backend's choice (update.micro_batch_budget).
   micro_batch_tokens: int = 0
+  # The update's micro-batches: whole sequences packed into rows of the run's length
+  # with segment ids (graft_jax.train.packed_micro_batches), or, False, rows padded to
+  # power-of-two length buckets.
+  packed_update: bool = True
   remat: str = 'none'  # per decoder block: 'none' | 'full' | 'dots_saveable' | 'dots_no_batch'
   scan_layers: bool = False  # one compiled block under jax.lax.scan (flat compile time)
   # Forward / prefill attention (graft_jax.models.attention): 'auto' is cuDNN's flash
@@ -306,7 +334,7 @@ _PERF_MINIMUMS = {'micro_batch_tokens': 0, 'attention_block': 1, 'sampler_max_kv
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
   """Everything one run needs; defaults are the paper's (arXiv 2609.37868)."""
-  method: str = 'graft'  # 'graft' | 'grpo' | 'hacpo' | 'sgt' | 'replay'
+  method: str = 'graft'  # 'graft' | 'grpo' | 'hacpo' | 'sgt' | 'replay' | 'luffy'
   seed: int = 0
   workdir: str = 'runs/default'
   model_a: PolicyConfig = PolicyConfig(name='model_a')
@@ -334,6 +362,7 @@ class TrainConfig:
   graft: GraftConfig = GraftConfig()
   hacpo: HacpoConfig = HacpoConfig()
   sgt: SgtConfig = SgtConfig()
+  luffy: LuffyConfig = LuffyConfig()
   replay: ReplayConfig = ReplayConfig()
   reward: RewardConfig = RewardConfig()
   eval: EvalConfig = EvalConfig()
@@ -385,6 +414,7 @@ def from_config_dict(cd: Any) -> TrainConfig:
   mapping = cd.to_dict() if hasattr(cd, 'to_dict') else dict(cd)
   cfg = config_load.build_dataclass(TrainConfig, mapping)
   config_checks.validate(cfg)
+  config_placement.validate(cfg)
   return cfg
 
 
@@ -407,14 +437,14 @@ def write_json(cfg: TrainConfig, path: str | pathlib.Path) -> pathlib.Path:
   return path
 
 
-def write_run_config(cfg: TrainConfig) -> pathlib.Path:
+def write_run_config(cfg: TrainConfig, *, locked: tuple[str, ...] = ()) -> pathlib.Path:
   """Writes ``<workdir>/config.json``; a resumed run must match the math of the stored one.
 
   When the run will resume (``checkpoint.resume`` and a committed checkpoint
   in ``checkpoint_dir``), the stored config is compared field by field
   (``config_checks.check_resume``): a change in ``config_checks.RESUME_LOCKED``
-  raises ``ConfigError`` naming the field and both values; other changes are
-  logged and the file is rewritten.
+  or ``locked`` (the method's ``resume_locked``) raises ``ConfigError`` naming
+  the field and both values; other changes are logged and the file is rewritten.
   """
   path = pathlib.Path(cfg.workdir, 'config.json')
   if cfg.checkpoint.resume and _has_checkpoint(cfg.checkpoint_dir):
@@ -424,7 +454,8 @@ def write_run_config(cfg: TrainConfig) -> pathlib.Path:
       except (OSError, ValueError) as e:
         raise ConfigError(f'{path}: cannot read the checkpointed run\'s config ({e}); '
                           f'restore the file or set checkpoint.resume=False') from e
-      for field, old, new in config_checks.check_resume(stored, to_dict(cfg), where=str(path)):
+      for field, old, new in config_checks.check_resume(stored, to_dict(cfg), where=str(path),
+                                                           locked=locked):
         log.info('resuming with %s changed: %r -> %r', field, old, new)
     else:
       log.warning('%s: no config.json next to the checkpoints; resuming without checking '
@@ -433,8 +464,7 @@ def write_run_config(cfg: TrainConfig) -> pathlib.Path:
 
 
 def _has_checkpoint(directory: str) -> bool:
-  """A committed checkpoint step is in ``directory`` (``graft_jax.train.checkpoint``)."""
-  from graft_jax.train.checkpoint import COMMIT_MARKER  # pylint: disable=import-outside-toplevel
+  """A committed checkpoint step is in ``directory`` (``graft_jax.outputs.checkpoint``)."""
   root = pathlib.Path(directory)
   return root.is_dir() and any(
       d.name.isdigit() and (d / COMMIT_MARKER).is_file() for d in root.iterdir())

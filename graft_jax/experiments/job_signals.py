@@ -1,6 +1,6 @@
 """Stop signals in a job of several processes: passed on, saved, one line, exit 75, no orphans.
 
-The trainer stops cleanly on SIGTERM, SIGINT or SIGUSR1 (``graft_jax.train.preemption``).
+The trainer stops cleanly on SIGTERM, SIGINT or SIGUSR1 (``graft_jax.preemption``).
 A job that runs trainers in processes of its own (the toy job's spawned workers, the
 benchmark's cell subprocesses) needs the same from its driver, or a scheduler's
 signal kills the driver alone and leaves its workers training with no one to
@@ -41,7 +41,7 @@ import threading
 import time
 
 from graft_jax import cli
-from graft_jax.train import preemption
+from graft_jax import preemption
 
 log = logging.getLogger(__name__)
 

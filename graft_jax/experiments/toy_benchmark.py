@@ -113,18 +113,19 @@ def cell_config(cell: Cell, out_dir, steps: int, pair, overrides=None,
 
 # Fields added after cells were recorded whose default is the math those cells ran:
 # left out of `run_key`'s digest at their default, so adding one reruns nothing.
-ADDED_FIELDS = ("sgt.prompts", "hacpo.prompts")
+ADDED_FIELDS = ("sgt.prompts", "hacpo.prompts", "luffy.gamma")
 
 
 def run_key(pair, config_file: str = "configs/toy.py") -> str:
   """The pair's key and a digest of the config file's fields that change the math
-  (``config_checks.RESUME_LOCKED``, model paths aside, `ADDED_FIELDS` at their
+  (``config_checks.RESUME_LOCKED`` and every method's ``resume_locked``, model paths aside, `ADDED_FIELDS` at their
   defaults): a finished cell is reused only under the same key, so a change of the
   toy's learning rate or batch reruns it."""
   cd = config_lib.load_config(config_file)
   default = flatten(config_lib.to_dict(config_lib.TrainConfig()))
+  sections = {f for m in methods.REGISTRY.values() for f in m.resume_locked}  # every method's
   fields = {k: v for k, v in flatten(config_lib.to_dict(config_lib.from_config_dict(cd))).items()
-            if resume_locked(k) and not k.endswith(".path")
+            if resume_locked(k, sections) and not k.endswith(".path")
             and not (k in ADDED_FIELDS and v == default[k])}
   digest = hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
   return f"{pair.key}-{digest[:12]}"

@@ -31,6 +31,7 @@ from graft_jax.toy import pair as toy_pair
 from graft_jax.config import run_config as config_lib
 from graft_jax.outputs import cost_totals
 from graft_jax.outputs.metrics_writer import read_jsonl
+from graft_jax.train import methods
 from graft_jax.train.trainer import Trainer
 from graft_jax.train.validation import Validator
 
@@ -121,7 +122,7 @@ def train(cfg, problems, models: dict, validate=None) -> dict:
   signal (the job's ``job_signals.job_stop``, when under one) saves the step in flight and
   raises ``preemption.Stopped``.
   """
-  config_lib.write_run_config(cfg)
+  methods.write_run_config(cfg)
   trainer = Trainer(cfg, problems, models, validator=validate)
   try:
     trainer.run(stop=job_signals.active())
@@ -237,7 +238,7 @@ def resume_or_start(cfg, key: str):
     log.info("%s: starting over; removing the checkpoints of the run it held", workdir)
     shutil.rmtree(ckpt)
   workdir.mkdir(parents=True, exist_ok=True)
-  config_lib.write_run_config(cfg)
+  methods.write_run_config(cfg)
   marker.write_text(json.dumps({"key": key}) + "\n")
   return cfg
 

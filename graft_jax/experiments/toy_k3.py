@@ -22,7 +22,8 @@ import json
 import pathlib
 import time
 
-from graft_jax.experiments import toy_compare, toy_report
+from graft_jax.experiments import toy_compare, toy_k3_report, toy_report
+from graft_jax.experiments.toy_k3_report import pair_label
 from graft_jax.toy import pair as toy_pair
 from graft_jax.toy import spec as spec_lib
 
@@ -39,10 +40,6 @@ def ensure_trio(root, cfg):
     rows = [p.to_row() for p in toy_pair.rl_problems(cfg, 0)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
   return trio
-
-
-def pair_label(a: str, b: str) -> str:
-  return f"pair_{a}_{b}"
 
 
 def members(root, trio_cfg) -> list[tuple[str, str]]:
@@ -110,9 +107,6 @@ def default_root(smoke: bool, workdir) -> pathlib.Path:
 def run_from_args(args, overrides) -> None:
   """``launch/toy_job.py --models 3``: checks the configs, builds (or reuses) the trio, runs
   the five runs, prints the K = 3 table and the exchange, writes results.json and a figure."""
-  # toy_k3_report reads this module's run labels, so it is imported here.
-  from graft_jax.experiments import toy_k3_report  # pylint: disable=import-outside-toplevel
-
   start = time.perf_counter()
   workdir = pathlib.Path(args.workdir)
   trio_cfg = spec_lib.tiny_trio_config() if args.smoke else spec_lib.trio_config()

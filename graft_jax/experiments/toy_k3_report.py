@@ -3,8 +3,13 @@ per directed pair of models."""
 
 from __future__ import annotations
 
-from graft_jax.experiments.toy_k3 import pair_label
 from graft_jax.experiments.toy_report import _pct
+
+
+def pair_label(a: str, b: str) -> str:
+  """The run label of the GRAFT run of models ``a`` and ``b`` in the K = 3 job."""
+  return f"pair_{a}_{b}"
+
 
 COLUMNS = (("initial", "initial"), ("grpo", "GRPO n=8"), ("graft_pair", "GRAFT pair"),
            ("graft_k3", "GRAFT K=3"))

@@ -10,6 +10,12 @@ Query t of a row attends to keys s <= t whose ``kv_mask_BxS[b, s]`` is True
 and a query that sees no key (a left pad: V(t) empty) outputs 0 in both
 implementations, so they agree at every position.
 
+A *packed* row holds several sequences one after another. Its mask is then an
+integer segment id per position (1, 2, ... per sequence, 0 on padding) instead
+of a boolean, and query t sees the keys s <= t of its own segment only, so
+each sequence attends as if it were alone in its row. Every implementation
+takes both forms; with segment ids each outputs 0 at a padding position.
+
 Implementations (``impl``; `resolve_impl` picks one for 'auto', the default):
 
 - 'dense': XLA, the B x N x T x T fp32 scores at once (fastest at small T, on CPU).
@@ -25,7 +31,10 @@ the row, attended with a causal mask limited to the span's length, and rotated
 back. They output 0 at every padded query; 'dense' and 'blocked' output 0 at a
 query that sees no key (a left pad) and attend over the row's real keys at a right
 pad. No loss reads a padded position, so every implementation gives the same
-values wherever one is read. ``blocked_attention``
+values wherever one is read. Packed rows (segment ids) run on a GPU in the Pallas
+GPU flash kernel, which masks by segment id and causally in its blocks
+(``jax.nn.dot_product_attention`` takes one span per row, not several), and on
+a TPU in splash attention with the segment ids as they are. ``blocked_attention``
 walks query blocks and, inside each, the key blocks it can see (the causal
 future is skipped), keeping a running max m, normaliser l and output
 accumulator (the online softmax of FlashAttention, arXiv 2205.14135):
@@ -60,6 +69,21 @@ CUDNN_MAX_HEAD_DIM = 128
 SPLASH_BLOCK = 128
 
 
+def is_segments(kv_mask_BxS) -> bool:
+  """Whether a mask holds segment ids (an integer array) rather than real / pad flags."""
+  return not jnp.issubdtype(kv_mask_BxS.dtype, jnp.bool_)
+
+
+def query_key_segments(kv_mask_BxS, t: int):
+  """(q_seg_BxT, k_seg_BxS) int32, such that query t sees key s <= t exactly where
+  k_seg > 0 and q_seg == k_seg: a boolean mask gives every query segment 1 (it sees
+  every real key), segment ids are their own."""
+  if is_segments(kv_mask_BxS):
+    seg_BxS = kv_mask_BxS.astype(jnp.int32)
+    return seg_BxS[:, :t], seg_BxS
+  return jnp.ones(kv_mask_BxS[:, :t].shape, jnp.int32), kv_mask_BxS.astype(jnp.int32)
+
+
 def visible_BxT(kv_mask_BxS, t: int):
   """Whether query t (slot t) sees any key: some s <= t with kv_mask[b, s]."""
   return jnp.cumsum(kv_mask_BxS[:, :t].astype(jnp.int32), axis=1) > 0
@@ -70,28 +94,34 @@ def dense_attention(q_BxTxKxGxH, k_BxSxKxH, v_BxSxKxH, kv_mask_BxS):
   t, h, dt = q_BxTxKxGxH.shape[1], q_BxTxKxGxH.shape[-1], q_BxTxKxGxH.dtype
   s = k_BxSxKxH.shape[1]
   causal_TxS = jnp.arange(s)[None, :] <= jnp.arange(t)[:, None]
-  mask_BxTxS = causal_TxS[None] & kv_mask_BxS.astype(bool)[:, None, :]
+  q_seg_BxT, k_seg_BxS = query_key_segments(kv_mask_BxS, t)
+  same_BxTxS = (q_seg_BxT[:, :, None] == k_seg_BxS[:, None, :]) & (k_seg_BxS > 0)[:, None, :]
+  mask_BxTxS = causal_TxS[None] & same_BxTxS
   scores = jnp.einsum("btkgh,bskh->bkgts", q_BxTxKxGxH, k_BxSxKxH,
                       preferred_element_type=jnp.float32)
   scores = jnp.where(mask_BxTxS[:, None, None], scores * (h ** -0.5), MASK_VALUE)
   probs = jax.nn.softmax(scores, axis=-1).astype(dt)
   out_BxTxKxGxH = jnp.einsum("bkgts,bskh->btkgh", probs, v_BxSxKxH)
-  seen = visible_BxT(kv_mask_BxS.astype(bool), t)[:, :, None, None, None]
-  return jnp.where(seen, out_BxTxKxGxH, 0).astype(dt)
+  if is_segments(kv_mask_BxS):
+    seen_BxT = q_seg_BxT > 0  # a query of a segment sees itself
+  else:
+    seen_BxT = visible_BxT(kv_mask_BxS.astype(bool), t)
+  return jnp.where(seen_BxT[:, :, None, None, None], out_BxTxKxGxH, 0).astype(dt)
 
 
 def blocked_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT, *, block: int = 512):
   """Causal self-attention in query and key blocks of ``block`` positions; same values
   as `dense_attention` (keys and queries share positions 0..T-1)."""
   b, t = q_BxTxKxGxH.shape[:2]
+  q_seg_BxT, k_seg_BxT = query_key_segments(kv_mask_BxT, t)
   bs = max(1, min(int(block), t))
   pad = -t % bs
   if pad:
     # Padded keys are masked; padded queries are cut off again below.
     widen = lambda x: jnp.pad(x, ((0, 0), (0, pad)) + ((0, 0),) * (x.ndim - 2))
     q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH = map(widen, (q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH))
-    kv_mask_BxT = widen(kv_mask_BxT)
-  out = _flash(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT.astype(bool), bs)
+    q_seg_BxT, k_seg_BxT = widen(q_seg_BxT), widen(k_seg_BxT)
+  out = _flash(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, (q_seg_BxT, k_seg_BxT), bs)
   return out[:, :t]
 
 
@@ -105,15 +135,19 @@ def _scores(q_i, k_j, mask_i_j, scale):
   return jnp.where(mask_i_j, x, MASK_VALUE)
 
 
-def _mask(kv_mask_BxT, i, j, bs):
-  """B x 1 x 1 x bs x bs: key slot <= query slot, and the key is real."""
+def _mask(segments, i, j, bs):
+  """B x 1 x 1 x bs x bs: key slot <= query slot, the key is real and in the
+  query's segment (``segments``: `query_key_segments`)."""
+  q_seg_BxT, k_seg_BxT = segments
   q_slot = i * bs + jnp.arange(bs)
   k_slot = j * bs + jnp.arange(bs)
   causal = k_slot[None, :] <= q_slot[:, None]
-  return (causal[None] & _block(kv_mask_BxT, j, bs)[:, None, :])[:, None, None]
+  q_seg, k_seg = _block(q_seg_BxT, i, bs), _block(k_seg_BxT, j, bs)
+  same = (q_seg[:, :, None] == k_seg[:, None, :]) & (k_seg > 0)[:, None, :]
+  return (causal[None] & same)[:, None, None]
 
 
-def _forward(q, k, v, kv_mask, bs):
+def _forward(q, k, v, segments, bs):
   """(out_BxTxKxGxH, lse_BxKxGxT); lse = 0 for a query that sees no key."""
   b, t, kh, g, h = q.shape
   scale = h ** -0.5
@@ -123,7 +157,7 @@ def _forward(q, k, v, kv_mask, bs):
 
     def key_block(j, carry):
       m, l, acc = carry
-      mask = _mask(kv_mask, i, j, bs)
+      mask = _mask(segments, i, j, bs)
       x = _scores(q_i, _block(k, j, bs), mask, scale)
       m_new = jnp.maximum(m, x.max(axis=-1))
       p = jnp.where(mask, jnp.exp(x - m_new[..., None]), 0.0)
@@ -148,17 +182,17 @@ def _forward(q, k, v, kv_mask, bs):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def _flash(q, k, v, kv_mask, bs):
-  return _forward(q, k, v, kv_mask, bs)[0]
+def _flash(q, k, v, segments, bs):
+  return _forward(q, k, v, segments, bs)[0]
 
 
-def _flash_fwd(q, k, v, kv_mask, bs):
-  out, lse = _forward(q, k, v, kv_mask, bs)
-  return out, (q, k, v, kv_mask, out, lse)
+def _flash_fwd(q, k, v, segments, bs):
+  out, lse = _forward(q, k, v, segments, bs)
+  return out, (q, k, v, segments, out, lse)
 
 
 def _flash_bwd(bs, res, dout):
-  q, k, v, kv_mask, out, lse = res
+  q, k, v, segments, out, lse = res
   b, t, kh, g, h = q.shape
   scale = h ** -0.5
   # D_t = dO_t . O_t per query and head.
@@ -173,7 +207,7 @@ def _flash_bwd(bs, res, dout):
     def key_block(j, inner):
       dq_i, dk, dv = inner
       k_j, v_j = _block(k, j, bs), _block(v, j, bs)
-      mask = _mask(kv_mask, i, j, bs)
+      mask = _mask(segments, i, j, bs)
       p = jnp.where(mask, jnp.exp(_scores(q_i, k_j, mask, scale) - lse_i[..., None]), 0.0)
       dv_j = jnp.einsum("bkgqs,bqkgh->bskh", p.astype(do_i.dtype), do_i,
                         preferred_element_type=jnp.float32)
@@ -192,7 +226,7 @@ def _flash_bwd(bs, res, dout):
   zeros = jnp.zeros(k.shape, jnp.float32)
   (dk, dv), dq_NxBxbsxKxGxH = jax.lax.scan(query_block, (zeros, zeros), jnp.arange(t // bs))
   dq = dq_NxBxbsxKxGxH.swapaxes(0, 1).reshape(q.shape)
-  return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None
+  return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), (None, None)
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)
@@ -271,11 +305,44 @@ def _spans_to_front(attend, q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT):
   return jnp.where(real, out_BxTxKxGxH, 0).astype(q_BxTxKxGxH.dtype)
 
 
+def _pad_to_block(x_BxTx, tp: int):
+  """x widened with zeros along axis 1 to ``tp`` positions."""
+  return jnp.pad(x_BxTx, ((0, 0), (0, tp - x_BxTx.shape[1])) + ((0, 0),) * (x_BxTx.ndim - 2))
+
+
+def pallas_segment_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, seg_BxT, *,
+                             interpret: bool | None = None):
+  """Packed rows on a GPU: the Pallas GPU flash kernel (``jax.experimental.pallas.ops.
+  gpu.attention.mha``), causal and masked by segment id, rows padded to a multiple of
+  `SPLASH_BLOCK` with segment 0. It takes as many kv heads as query heads, so each kv
+  head is repeated G times (GQA). ``interpret`` (the default off a GPU) runs its
+  numerics anywhere. Outputs 0 at padding (segment 0)."""
+  from jax.experimental.pallas.ops.gpu import attention as pallas_gpu  # pylint: disable=g-import-not-at-top
+
+  if interpret is None:
+    interpret = jax.default_backend() != "gpu"
+  b, t, kv, g, h = q_BxTxKxGxH.shape
+  tp = -(-t // SPLASH_BLOCK) * SPLASH_BLOCK
+  q_BxTxNxH = _pad_to_block(q_BxTxKxGxH.reshape(b, t, kv * g, h), tp)
+  repeat = lambda x: _pad_to_block(jnp.repeat(x, g, axis=2), tp)
+  seg_BxTp = _pad_to_block(seg_BxT.astype(jnp.int32), tp)
+  blocks = pallas_gpu.BlockSizes(block_q=SPLASH_BLOCK, block_k=SPLASH_BLOCK)
+  out_BxTxNxH = pallas_gpu.mha(q_BxTxNxH, repeat(k_BxTxKxH), repeat(v_BxTxKxH), seg_BxTp,
+                               sm_scale=h ** -0.5, causal=True, block_sizes=blocks,
+                               interpret=interpret)
+  out_BxTxKxGxH = out_BxTxNxH[:, :t].reshape(b, t, kv, g, h)
+  return jnp.where((seg_BxT > 0)[:, :, None, None, None], out_BxTxKxGxH, 0).astype(
+      q_BxTxKxGxH.dtype)
+
+
 def cudnn_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT, *,
                     implementation: str = "cudnn"):
   """cuDNN's flash attention (GPU; bf16 / fp16): causal within each row's span,
   GQA through the kv-head count, no T x T scores in memory. ``implementation="xla"``
-  runs the same call through XLA (a CPU check of everything around the kernel)."""
+  runs the same call through XLA (a CPU check of everything around the kernel).
+  Packed rows (segment ids) go to `pallas_segment_attention`."""
+  if is_segments(kv_mask_BxT):
+    return pallas_segment_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT)
 
   def attend(q, k, v, length_B):
     b, t, kv, g, h = q.shape
@@ -300,12 +367,15 @@ def splash_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT, *,
   if interpret is None:
     interpret = jax.default_backend() != "tpu"
 
-  def attend(q, k, v, length_B):
+  def attend(q, k, v, length_B=None, seg_BxT=None):
     b, t, kv, g, h = q.shape
     tp = -(-t // SPLASH_BLOCK) * SPLASH_BLOCK
-    widen = lambda x: jnp.pad(x, ((0, 0), (0, tp - t)) + ((0, 0),) * (x.ndim - 2))
+    widen = lambda x: _pad_to_block(x, tp)
     q, k, v = widen(q * jnp.asarray(h ** -0.5, q.dtype)), widen(k), widen(v)
-    seg_BxT = (jnp.arange(tp)[None, :] < length_B[:, None]).astype(jnp.int32)
+    if seg_BxT is None:
+      seg_BxT = (jnp.arange(tp)[None, :] < length_B[:, None]).astype(jnp.int32)
+    else:
+      seg_BxT = widen(seg_BxT.astype(jnp.int32))
     blocks = splash.BlockSizes(block_q=SPLASH_BLOCK, block_kv=SPLASH_BLOCK,
                                block_kv_compute=SPLASH_BLOCK, block_q_dkv=SPLASH_BLOCK,
                                block_kv_dkv=SPLASH_BLOCK, block_kv_dkv_compute=SPLASH_BLOCK,
@@ -322,6 +392,11 @@ def splash_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT, *,
 
     return jax.vmap(one_row)(q, k, v, seg_BxT)[:, :t]
 
+  if is_segments(kv_mask_BxT):
+    # Splash masks by segment id itself; padding (segment 0) is zeroed after.
+    out_BxTxKxGxH = attend(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, seg_BxT=kv_mask_BxT)
+    real = (kv_mask_BxT > 0)[:, :, None, None, None]
+    return jnp.where(real, out_BxTxKxGxH, 0).astype(q_BxTxKxGxH.dtype)
   return _spans_to_front(attend, q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT)
 
 

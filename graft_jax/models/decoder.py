@@ -2,6 +2,9 @@
 
 `Decoder(ids_BxT)` gives fp32 logits for an unpadded batch; padded batches pass
 `attn_mask_BxT` (left or right padding both work: positions count real tokens).
+Packed rows (several sequences per row) pass `segment_ids_BxT` instead: 1, 2, ...
+per sequence, 0 on padding; each sequence's positions start at 0 (RoPE restarts)
+and it attends within itself only (`graft_jax.models.attention`).
 `forward_cached` runs prefill / decode steps against a static-length KV cache.
 """
 
@@ -18,7 +21,7 @@ from graft_jax.models.layer_stack import REMAT_POLICIES, run_blocks, scan_period
 from graft_jax.models.layers import MLP, Attention, RMSNorm, param
 
 KVCache = tuple  # per layer: (k_BxKxHxS, v_BxKxSxH)
-DECODE_ATTENTION = ("auto", "xla", "kernel")
+DECODE_ATTENTION = ("auto", "xla", "kernel", "live")
 
 
 class Block(nnx.Module):
@@ -71,23 +74,34 @@ class Decoder(nnx.Module):
     self.lm_head_DxV = None if cfg.tie_word_embeddings else param(
         rngs, (cfg.hidden_size, cfg.vocab_size), ("embed", "vocab"), param_dtype)
 
-  def __call__(self, ids_BxT, attn_mask_BxT=None, positions_BxT=None):
-    """fp32 logits_BxTxV; rows may be padded on either side via `attn_mask_BxT`."""
-    return self.logits(self.hidden(ids_BxT, attn_mask_BxT, positions_BxT))
+  def __call__(self, ids_BxT, attn_mask_BxT=None, positions_BxT=None, *, segment_ids_BxT=None):
+    """fp32 logits_BxTxV; rows may be padded on either side via `attn_mask_BxT`, or
+    packed (`segment_ids_BxT`)."""
+    return self.logits(self.hidden(ids_BxT, attn_mask_BxT, positions_BxT,
+                                   segment_ids_BxT=segment_ids_BxT))
 
-  def hidden(self, ids_BxT, attn_mask_BxT=None, positions_BxT=None):
+  def hidden(self, ids_BxT, attn_mask_BxT=None, positions_BxT=None, *, segment_ids_BxT=None):
     """The last block's output x_BxTxD (before the final norm): `logits(hidden(...))` is
-    `__call__`, and a caller that needs a few positions' logits projects only those."""
+    `__call__`, and a caller that needs a few positions' logits projects only those.
+    With `segment_ids_BxT` (packed rows) `attn_mask_BxT` is not read."""
     b, t = ids_BxT.shape
+    if segment_ids_BxT is not None:
+      # The blocks' mask is then the int32 segment ids (`graft_jax.models.attention`).
+      seg_BxT = jnp.asarray(segment_ids_BxT).astype(jnp.int32)
+      if positions_BxT is None:
+        positions_BxT = positions_from_segments(seg_BxT)
+      return self._run_blocks(self.embed(ids_BxT), positions_BxT, seg_BxT)
     if attn_mask_BxT is None:
       attn_mask_BxT = jnp.ones((b, t), bool)
     attn_mask_BxT = attn_mask_BxT.astype(bool)
     if positions_BxT is None:
       positions_BxT = positions_from_mask(attn_mask_BxT)
-    x_BxTxD = self.embed(ids_BxT)
+    return self._run_blocks(self.embed(ids_BxT), positions_BxT, attn_mask_BxT)
+
+  def _run_blocks(self, x_BxTxD, positions_BxT, kv_mask_BxT):
     if self.stacks is not None:
-      return scan_stacks(self.stacks, x_BxTxD, positions_BxT, attn_mask_BxT, remat=self.remat)
-    return run_blocks(self.layers, x_BxTxD, positions_BxT, attn_mask_BxT, remat=self.remat)
+      return scan_stacks(self.stacks, x_BxTxD, positions_BxT, kv_mask_BxT, remat=self.remat)
+    return run_blocks(self.layers, x_BxTxD, positions_BxT, kv_mask_BxT, remat=self.remat)
 
   def set_memory_options(self, *, remat: str = "none", scan_layers: bool = False,
                          attention: str = "auto", attention_block: int = 512,
@@ -121,7 +135,9 @@ class Decoder(nnx.Module):
   def set_decode_attention(self, impl: str) -> None:
     """How a decode step's attention over the KV cache runs: 'auto' (the CPU
     kernel of `graft_jax.backends.cpu.decode_kernel` where it applies, XLA otherwise),
-    'xla', or 'kernel' (the kernel or an error at trace time). Static: it lives
+    'xla', 'kernel' (the CPU kernel or an error at trace time), or 'live' (the Pallas
+    kernel of `graft_jax.backends.gpu.live_decode`, which reads only each row's live KV
+    blocks; Pallas's interpret mode off a GPU; `ContinuousSamplerEngine` on a GPU). Static: it lives
     in the graphdef, so a change recompiles. A sampler sharded over several
     devices keeps XLA's (`JaxSamplerEngine`)."""
     if impl not in DECODE_ATTENTION:
@@ -182,6 +198,17 @@ class Decoder(nnx.Module):
 def positions_from_mask(mask_BxT):
   """Position of each token among its row's real tokens (pads get 0)."""
   return jnp.maximum(jnp.cumsum(mask_BxT.astype(jnp.int32), axis=1) - 1, 0)
+
+
+def positions_from_segments(seg_BxT):
+  """Position of each token within its segment: t minus the slot where the run of
+  equal segment ids holding t starts (a packed row's sequences each start at 0)."""
+  t = seg_BxT.shape[1]
+  slot_T = jnp.arange(t)
+  starts_BxT = jnp.concatenate([jnp.ones_like(seg_BxT[:, :1], bool),
+                                seg_BxT[:, 1:] != seg_BxT[:, :-1]], axis=1)
+  first_BxT = jax.lax.cummax(jnp.where(starts_BxT, slot_T[None, :], 0), axis=1)
+  return (slot_T[None, :] - first_BxT).astype(jnp.int32)
 
 
 def init_model(cfg: ModelConfig, *, rngs: nnx.Rngs | None = None, param_dtype=jnp.float32,

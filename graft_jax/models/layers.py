@@ -161,6 +161,15 @@ class Attention(nnx.Module):
           kv_mask_BxS.astype(bool) & (jnp.arange(kv_mask_BxS.shape[1]) <= cache_index)[None],
           scale=h ** -0.5)
       out_BxTxKxGxH, cache = out_BxKxGxH[:, None], (k_BxKxHxS, v_BxKxSxH)
+    elif cache is not None and t == 1 and self._live_block(kv_mask_BxS):
+      # Only the KV blocks of each row's live span [first masked slot, this slot]
+      # are read; the sampler's masks are that span (left-padded prompts, then the
+      # response; a finished row sees its current slot alone).
+      out_BxKxGxH, _ = backends.live_decode_attention(
+          q_BxTxKxGxH[:, 0], *cache, jnp.argmax(kv_mask_BxS, axis=1),
+          jnp.broadcast_to(jnp.asarray(cache_index) + 1, (b,)), scale=h ** -0.5,
+          block_k=self._live_block(kv_mask_BxS))
+      out_BxTxKxGxH = out_BxKxGxH[:, None]
     elif fresh and (cache is None or self._prefill_impl(q_BxTxKxGxH) != "dense"):
       out_BxTxKxGxH = attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxS[:, :t],
                                 impl=self._prefill_impl(q_BxTxKxGxH), block=self.attention_block)
@@ -182,12 +191,25 @@ class Attention(nnx.Module):
     backend on an x86 host with AVX-512 or AVX2, f32, head_dim 32 / 64 / 128 /
     256). Otherwise, and for 'xla', the cache is written with
     ``dynamic_update_slice`` and `_cached` attends."""
-    if self.decode_attention == "xla":
+    if self.decode_attention in ("xla", "live"):
       return False
     why_not = backends.decode_attention_reason(q_BxTxKxGxH[:, 0], *cache)
     if why_not is not None and self.decode_attention == "kernel":
       raise ValueError(f"decode_attention='kernel', but the CPU decode kernel {why_not}")
     return why_not is None
+
+  def _live_block(self, kv_mask_BxS) -> int:
+    """The live-span kernel's KV block (`graft_jax.backends.live_decode_attention`) for a
+    decode step under 'live' (Pallas's interpret mode off a GPU, for checks), 0 where
+    XLA attends. It takes a boolean mask over a window of a multiple of 16 slots
+    (Triton's smallest dot)."""
+    if self.decode_attention != "live":
+      return 0
+    s = kv_mask_BxS.shape[1]
+    if s % 16 or not jnp.issubdtype(kv_mask_BxS.dtype, jnp.bool_):
+      raise ValueError(f"decode_attention='live' needs a boolean mask over a multiple of 16 "
+                       f"cache slots; got {kv_mask_BxS.dtype} over {s}")
+    return next(k for k in (64, 32, 16) if s % k == 0)
 
   def _cached(self, q_BxTxKxGxH, cache, kv_mask_BxS, cache_index, dt):
     """Dense attention of queries at slots cache_index.. over the whole cache

@@ -23,11 +23,15 @@ from graft_jax.sharding.place import batch_shards, batch_sharding
 LOGITS_CHUNK = 512  # positions per logits block in `token_logprobs`
 
 
-def token_logprobs(model, ids_BxT, attn_mask_BxT, *, temperature=1.0, chunk=LOGITS_CHUNK):
+def token_logprobs(model, ids_BxT, attn_mask_BxT, *, temperature=1.0, chunk=LOGITS_CHUNK,
+                   segment_ids_BxT=None):
   """logp_BxT[b, t] = log softmax(logits(ids[b, :t]) / temperature)[ids[b, t]].
 
   Column 0 (no context) and masked positions are 0. Rows may be right- or
-  left-padded; positions follow `attn_mask_BxT`. Returns float32.
+  left-padded; positions follow `attn_mask_BxT`. Returns float32. Packed rows
+  pass `segment_ids_BxT` (`graft_jax.models.decoder`; ``attn_mask_BxT`` is then
+  ``segment_ids_BxT > 0``): the context of a token is its own sequence's earlier
+  tokens, and each sequence's first token, like column 0, gets 0.
 
   The logits are formed ``chunk`` positions at a time (``jax.lax.map`` over
   blocks, each under ``jax.checkpoint``), so neither the forward pass nor its
@@ -36,7 +40,13 @@ def token_logprobs(model, ids_BxT, attn_mask_BxT, *, temperature=1.0, chunk=LOGI
   computation as in the full logits. ``chunk=None`` forms them all at once.
   """
   mask_BxT = attn_mask_BxT.astype(bool)
-  x_BxTxD = model.hidden(ids_BxT, mask_BxT)
+  if segment_ids_BxT is None:
+    x_BxTxD = model.hidden(ids_BxT, mask_BxT)
+  else:
+    x_BxTxD = model.hidden(ids_BxT, segment_ids_BxT=segment_ids_BxT)
+    seg_BxT = jnp.asarray(segment_ids_BxT)
+    # A sequence's first token has no context in its own sequence.
+    mask_BxT = mask_BxT & jnp.pad(seg_BxT[:, 1:] == seg_BxT[:, :-1], ((0, 0), (1, 0)))
   # Position t's logits score token t + 1.
   next_ids_BxT1 = ids_BxT[:, 1:]
 
@@ -76,6 +86,12 @@ def _token_logprobs_split(graphdef, state, ids_BxT, attn_mask_BxT, temperature):
                         temperature=temperature)
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _token_logprobs_packed(graphdef, state, ids_BxT, segment_ids_BxT, temperature):
+  return token_logprobs(nnx.merge(graphdef, state), ids_BxT, segment_ids_BxT > 0,
+                        temperature=temperature, segment_ids_BxT=segment_ids_BxT)
+
+
 def row_sharding(model) -> NamedSharding | None:
   """How scoring splits rows: over the batch rule ('data' x 'fsdp') of the mesh the
   model's parameters live on, so each device scores its own rows against the
@@ -103,8 +119,10 @@ def _place(x, sharding):
   return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
 
 
-def token_logprobs_jit(model, ids_BxT, attn_mask_BxT, *, temperature=1.0):
+def token_logprobs_jit(model, ids_BxT, attn_mask_BxT, *, temperature=1.0,
+                      segment_ids_BxT=None):
   """Compiled `token_logprobs`; recompiles only for new shapes, not new weights.
+  Packed rows pass ``segment_ids_BxT`` (``attn_mask_BxT`` is then not read).
 
   On a mesh, rows are split over its batch axes (`row_sharding`) where B divides
   by `row_shards` (`score_rows` pads its chunks so), else every device takes them
@@ -114,8 +132,12 @@ def token_logprobs_jit(model, ids_BxT, attn_mask_BxT, *, temperature=1.0):
   sharding = row_sharding(model)
   if sharding is not None and len(ids_BxT) % batch_shards(sharding.mesh):
     sharding = None  # a batch the devices cannot split evenly (a one-row probe) goes whole
-  logp_BxT = _token_logprobs_split(graphdef, state, _place(ids_BxT, sharding),
-                                   _place(attn_mask_BxT, sharding), np.float32(temperature))
+  if segment_ids_BxT is None:
+    logp_BxT = _token_logprobs_split(graphdef, state, _place(ids_BxT, sharding),
+                                     _place(attn_mask_BxT, sharding), np.float32(temperature))
+  else:
+    logp_BxT = _token_logprobs_packed(graphdef, state, _place(ids_BxT, sharding),
+                                      _place(segment_ids_BxT, sharding), np.float32(temperature))
   if sharding is not None:
     logp_BxT = _to_every_device(sharding.mesh)(logp_BxT)
   return logp_BxT

@@ -1,6 +1,6 @@
 """A run's cost over its steps: running totals in metrics.jsonl, sums for results.json.
 
-Each metrics row carries its step's cost (`graft_jax.train.cost`, keys
+Each metrics row carries its step's cost (`graft_jax.outputs.step_cost`, keys
 ``cost/...``); the writer adds the run's running totals of the step sums
 (``cost/run_device_s``, ``cost/run_update_flops``), carried over a resume from
 the last row kept, and a run's summary (results.json, a benchmark cell) sums

@@ -15,7 +15,7 @@ import logging
 import os
 import pathlib
 import time
-from typing import Any
+from typing import Any, Mapping
 
 from graft_jax.data.rows import DataError
 from graft_jax.outputs import storage
@@ -48,6 +48,12 @@ def parse_rows(path: pathlib.Path) -> tuple[list[tuple[dict[str, Any], str]], bo
                       f"not a metrics row ({e}); remove or repair the line to resume") from None
     rows.append((record, line + "\n"))
   return rows, torn
+
+
+def scalars(record: Mapping[str, Any]) -> dict[str, int | float]:
+  """The plottable entries of a flattened metrics row: numbers, without the wall time
+  (null, a non-finite value, would plot as a broken point)."""
+  return {k: v for k, v in record.items() if k != 'time' and isinstance(v, (int, float))}
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:

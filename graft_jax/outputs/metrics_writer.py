@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from graft_jax.outputs import cost_totals, progress
-from graft_jax.outputs.metrics_file import MetricsFile, read_jsonl  # read_jsonl: re-exported
+from graft_jax.outputs.metrics_file import MetricsFile, read_jsonl, scalars  # re-exported
 
 __all__ = ['MetricsWriter', 'flatten', 'read_jsonl', 'scalars', 'to_json_value']
 
@@ -49,12 +49,6 @@ def to_json_value(value: Any) -> Any:
   if isinstance(value, int):
     return value
   return str(value)
-
-
-def scalars(record: Mapping[str, Any]) -> dict[str, int | float]:
-  """The plottable entries of a flattened metrics row: numbers, without the wall time
-  (null, a non-finite value, would plot as a broken point)."""
-  return {k: v for k, v in record.items() if k != 'time' and isinstance(v, (int, float))}
 
 
 class MetricsWriter:

@@ -17,7 +17,7 @@ import pathlib
 import secrets
 from typing import Any, Mapping
 
-from graft_jax.outputs import metrics_writer as metrics
+from graft_jax.outputs.metrics_file import scalars
 
 RUN_ID_FILE = 'wandb_run_id'
 
@@ -43,7 +43,7 @@ class WandbLog:
 
   def log(self, record: Mapping[str, Any]) -> None:
     """One metrics row (flattened, as `MetricsWriter.write` returns it)."""
-    self.run.log(metrics.scalars(record))
+    self.run.log(scalars(record))
 
   def close(self) -> None:
     self.run.finish()

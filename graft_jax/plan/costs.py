@@ -28,25 +28,7 @@ the sampler's HBM-bound ceiling in tokens/s.
 from __future__ import annotations
 
 from graft_jax.models.config import ModelConfig
-
-
-def matmul_params(cfg: ModelConfig) -> int:
-  """N: the weights of every matrix product a token goes through, LM head included."""
-  d, h = cfg.hidden_size, cfg.head_dim
-  attn = d * h * (2 * cfg.num_heads + 2 * cfg.num_kv_heads)
-  mlp = 3 * d * cfg.intermediate_size
-  return cfg.num_layers * (attn + mlp) + cfg.vocab_size * d
-
-
-def all_params(cfg: ModelConfig) -> int:
-  """Every parameter: the products' weights, the embedding (unless tied) and the norms."""
-  embed = 0 if cfg.tie_word_embeddings else cfg.vocab_size * cfg.hidden_size
-  norms = cfg.num_layers * (2 * cfg.hidden_size + (2 * cfg.head_dim if cfg.qk_norm else 0))
-  return matmul_params(cfg) + embed + norms + cfg.hidden_size
-
-
-def attn_width(cfg: ModelConfig) -> int:
-  return cfg.num_heads * cfg.head_dim
+from graft_jax.models.size import all_params, attn_width, matmul_params  # pylint: disable=unused-import
 
 
 def train_flops_per_token(cfg: ModelConfig, length: int) -> float:

@@ -8,17 +8,18 @@ The phases are the ones the trainer records in each metrics row (``time/...``,
   vLLM servers sample side by side (``rollout.concurrent``);
 - rewards: decoding the responses and the verifier, on ``reward.num_workers`` CPUs;
 - exchange: GRAFT's gate scores the offered peer rows (``exchange_fraction`` of the
-  prompts x n), re-tokenized, in chunks padded to their longest row's bucket
-  (`score_rows`); HACPO's reference pass;
+  prompts x n), re-tokenized, packed whole into rows of the run's length budget,
+  calls of one shape (`score_rows`, `graft_jax.packing.sequence_packing`); HACPO's
+  reference pass;
 - scoring: the teacher-forced old log-probs of the rows with a signal outside the
-  first minibatch (whose come from the update's forward), all padded to the bucket
-  of the step's longest row (``min_length``);
+  first minibatch (whose come from the update's forward), packed the same way;
 - update: the rows with a signal, packed by `length_packing.plan_micro_batches` and
   padded to their micro-batch's length, the optimizer step per minibatch, and (vLLM)
   the weight push;
 - compilation once per run (programs x seconds per program; vLLM: its servers' start),
   validation at ``eval.every_steps`` (every model in turn, calls of 64 problems x k,
-  each waiting for its longest row) and checkpoint writes at a stated rate.
+  each waiting for its longest row; with the JAX slot pool, ``rollout.sampler='pool'``,
+  one call of the whole suite) and checkpoint writes at a stated rate.
 
 FLOPs, bytes and rates are `graft_jax.plan.costs` and `step_time.Rates`.
 """
@@ -32,9 +33,11 @@ import pathlib
 import numpy as np
 
 from graft_jax.models.logprobs import bucket_length
-from graft_jax.plan import costs, sampling_plan, step_time
+from graft_jax.plan import costs, sampling_plan, server_layout, step_time
 from graft_jax.plan.lengths import ResponseLengths
-from graft_jax.train import length_packing
+from graft_jax.rollout.kv_budget import bucket
+from graft_jax.packing import length_packing, sequence_packing
+from graft_jax.train import methods, packed_micro_batches
 
 # The plan's phases and the ``time/...`` metrics the trainer records for each
 # (``{m}``: each model's name). The weight push happens inside the update (vLLM) or the
@@ -65,7 +68,6 @@ class Assumptions:
   disk_bytes_per_s: float = 1e9
   host_copy_bytes_per_s: float = 20e9  # device -> host, what an asynchronous save waits on
   device_bytes: float = 141e9
-  vllm_share: float = 0.45  # a server's share of its GPU
   vllm_max_num_seqs: int = 256
   vllm_overhead_bytes: float = 6e9  # activations, CUDA graphs, the allocator
   vllm_start_s: float = 60.0
@@ -107,42 +109,47 @@ class EnginePlan:
 
 def _score_chunks(mc, row_tokens, *, cap_total: int, budget: int, devices: int,
                   min_length: int = 0) -> tuple[float, set]:
-  """FLOPs of `score_rows` over rows of ``row_tokens`` tokens, and its (rows, length) shapes."""
+  """FLOPs of `score_rows` over rows of ``row_tokens`` tokens, packed whole into rows
+  (`sequence_packing.plan_calls`), and its (rows, length) shapes. A packed row's
+  attention runs over the whole row, so each token costs a row-length context."""
   if not len(row_tokens):
     return 0.0, set()
-  longest = max(int(np.max(row_tokens)), min_length)
-  per_device = max(1, 64 // devices)
-  if budget:
-    fit = max(1, budget // bucket_length(longest, cap_total))
-    per_device = min(per_device, 1 << (fit.bit_length() - 1))
-  chunk = per_device * devices
+  row_length = sequence_packing.packed_row_length(
+      cap_total or max(int(np.max(row_tokens)), min_length))
+  most = max(1, 64 // devices)
+  rows = min(sequence_packing.rows_per_call(budget, row_length, most), most) * devices
   flops, shapes = 0.0, set()
-  for start in range(0, len(row_tokens), chunk):
-    length = bucket_length(max(int(np.max(row_tokens[start:start + chunk])), min_length),
-                           cap_total)
-    flops += chunk * length * costs.score_flops_per_token(mc, length)
-    shapes.add((chunk, length))
+  for _, length in sequence_packing.plan_calls(row_tokens, row_length, rows):
+    flops += rows * length * costs.score_flops_per_token(mc, length)
+    shapes.add((rows, length))
   return flops, shapes
 
 
 def _update_flops(mc, row_tokens, cfg, devices: int) -> tuple[float, int]:
-  """FLOPs of the packed update over ``row_tokens`` (one epoch's minibatches) and its
-  padded tokens."""
+  """FLOPs of the update over ``row_tokens`` (one epoch's minibatches), sequences packed
+  whole into rows (``perf.packed_update``) or rows in length buckets, and its computed
+  tokens."""
   cap_total = cfg.max_prompt_len + cfg.max_response_len
   width = bucket_length(cap_total, cap_total)
   per_mb = -(-len(row_tokens) // cfg.num_minibatches)
   flops, padded = 0.0, 0
   for start in range(0, len(row_tokens), per_mb):
     mb = row_tokens[start:start + per_mb]
-    for _, rows, length in length_packing.plan_micro_batches(
-        mb, width, cfg.perf.micro_batch_tokens, devices):
+    if cfg.perf.packed_update:  # whole sequences packed into rows of `width`
+      shapes = packed_micro_batches.plan(np.asarray(mb, np.int64), width,
+                                         cfg.perf.micro_batch_tokens, devices,
+                                         num_rows=len(mb))[0]
+    else:
+      shapes = length_packing.plan_micro_batches(mb, width, cfg.perf.micro_batch_tokens, devices)
+    for _, rows, length in shapes:
       flops += rows * length * costs.train_flops_per_token(mc, length)
       padded += rows * length
   return cfg.ppo_epochs * flops, cfg.ppo_epochs * padded
 
 
-def eval_calls(cfg) -> list[int]:
-  """Problems per validation call (`Validator`: each benchmark in calls of 64)."""
+def eval_calls(cfg, *, pool: bool = False) -> list[int]:
+  """Problems per validation call (`Validator`: each benchmark in calls of 64; the
+  slot pool, ``pool``: the whole suite in one call)."""
   sizes = []
   for name in cfg.eval.suite:
     if name == "synthetic":
@@ -159,7 +166,7 @@ def eval_calls(cfg) -> list[int]:
     if cfg.eval.max_examples and name != "synthetic":
       size = min(size, cfg.eval.max_examples)
     sizes += [min(VALIDATION_BATCH, size - s) for s in range(0, size, VALIDATION_BATCH)]
-  return sizes
+  return [sum(sizes)] if pool and sizes else sizes
 
 
 def validations(cfg, steps: int) -> int:
@@ -169,9 +176,11 @@ def validations(cfg, steps: int) -> int:
 
 
 def plan_engine(cfg, models: dict, engine: str, devices: int, rates, a: Assumptions,
-                steps: int, *, sync: str = "nccl") -> EnginePlan:
+                steps: int, *, sync: str = "nccl", layout=None) -> EnginePlan:
   """The plan of ``cfg`` with ``engine`` ('jax' or 'vllm') for ``models`` ({name:
-  ModelConfig}) on ``devices`` trainer devices, ``steps`` steps."""
+  ModelConfig}) on ``devices`` trainer devices, ``steps`` steps; vLLM's servers placed as
+  ``layout`` (`server_layout`; None: as ``cfg`` places them)."""
+  layout = layout or server_layout.from_config(cfg)
   a = dataclasses.replace(a, prompt_mean=min(a.prompt_mean, cfg.max_prompt_len),
                           prompt_longest=min(a.prompt_longest, cfg.max_prompt_len))
   p, n, lengths = cfg.prompts_per_step, cfg.n, a.lengths
@@ -182,16 +191,23 @@ def plan_engine(cfg, models: dict, engine: str, devices: int, rates, a: Assumpti
   terms = {phase: {} for phase in STEP_PHASES}
   programs, validation_s, state_bytes = 0, 0.0, 0.0
   flops_s = lambda f, mfu: f / (devices * mfu * rates.peak_flops)
+  pool = engine == "jax" and cfg.rollout.sampler == "pool"
 
   def generate(mc, prompts, k, seed=0):
+    if pool:
+      return sampling_plan.pool_generate(mc, lengths, prompts=prompts, n=k,
+                                         prompt_longest=a.prompt_longest,
+                                         slots=cfg.rollout.pool_slots, rates=rates,
+                                         prefill_chunk=cfg.rollout.pool_prefill_chunk, seed=seed)
     if engine == "jax":
       return sampling_plan.jax_generate(mc, lengths, prompts=prompts, n=k,
                                         prompt_longest=a.prompt_longest,
                                         budget=cfg.perf.sampler_max_kv_bytes, devices=devices,
                                         rates=rates)
+    prompts = -(-prompts // layout.replicas)  # a replica's part, the replicas side by side
     slots = sampling_plan.vllm_slots(
-        mc, lengths, n=k, prompt_mean=a.prompt_mean, share_bytes=a.vllm_share * a.device_bytes,
-        max_num_seqs=a.vllm_max_num_seqs,
+        mc, lengths, n=k, prompt_mean=a.prompt_mean,
+        share_bytes=layout.share_bytes(a.device_bytes), max_num_seqs=a.vllm_max_num_seqs,
         requests_in_flight=cfg.vllm.max_concurrency or prompts,  # 0: all of the call's
         overhead_bytes=a.vllm_overhead_bytes)
     return sampling_plan.vllm_generate(mc, lengths, prompts=prompts, n=k,
@@ -215,11 +231,12 @@ def plan_engine(cfg, models: dict, engine: str, devices: int, rates, a: Assumpti
                                   f"{len(signal) - (first if f else 0)} rows, "
                                   f"{', '.join(f'{r} x {t}' for r, t in sorted(shapes)) or '-'}")
     exchange_f, ex_shapes, picks = 0.0, set(), 0
-    if cfg.method == "graft":
+    peer_scoring = methods.lookup(cfg.method).peer_scoring
+    if peer_scoring == "picked":
       picks = int(round(a.exchange_fraction * p * n))
       exchange_f, ex_shapes = _score_chunks(mc, tokens_R[:picks], cap_total=cap_total,
                                             budget=budget, devices=devices)
-    elif cfg.method == "hacpo":
+    elif peer_scoring == "all":
       exchange_f, ex_shapes = _score_chunks(mc, tokens_R, cap_total=cap_total, budget=budget,
                                             devices=devices)
     host = 2 * picks * lengths.expected() / a.tokenizer_tokens_per_s  # decode + re-encode
@@ -228,17 +245,22 @@ def plan_engine(cfg, models: dict, engine: str, devices: int, rates, a: Assumpti
     up_f, padded = _update_flops(mc, signal, cfg, devices)
     opt = cfg.num_minibatches * cfg.ppo_epochs * costs.all_params(mc) * 28 / devices / (
         rates.hbm_efficiency * rates.hbm_bytes_per_s)  # fp32 params, grads, 2 moments
-    push = (step_time.weight_sync(mc, "vllm", sync, rates).seconds if engine == "vllm" else 0.0)
+    push = (layout.replicas * step_time.weight_sync(mc, "vllm", sync, rates).seconds
+            if engine == "vllm" else 0.0)
     terms["update"][name] = Term(flops_s(up_f, rates.train_mfu) + opt + push,
                                  f"{len(signal)} rows, {padded / max(np.sum(signal), 1):.2f}x "
                                  f"padded" + (f", push {push:.2f} s" if push else ""))
     # Programs: the update's shapes + its optimizer step, the scorer's, the sampler's.
     width = bucket_length(cap_total, cap_total)
-    programs += len(length_packing.run_shapes(
-        -(-len(signal) // cfg.num_minibatches), width, budget, devices)) + 1
+    per_mb = -(-len(signal) // cfg.num_minibatches)
+    programs += 1 + len(
+        packed_micro_batches.run_shapes(per_mb, width, width, budget, devices)
+        if cfg.perf.packed_update else length_packing.run_shapes(per_mb, width, budget, devices))
     programs += len(shapes | ex_shapes)
-    calls = eval_calls(cfg) if cfg.eval.every_steps else []
-    if engine == "jax":
+    calls = eval_calls(cfg, pool=pool) if cfg.eval.every_steps else []
+    if pool:  # a program per prompt-count bucket (`ContinuousSamplerEngine`)
+      programs += len({bucket(c, 1) for c in [p, *calls]})
+    elif engine == "jax":
       sampler_shapes = {g.chunk} | {generate(mc, c, cfg.eval.k).chunk for c in set(calls)}
       programs += len(sampler_shapes)
     validation_s += sum(generate(mc, c, cfg.eval.k, seed=i).seconds + verify(c * cfg.eval.k)
@@ -258,11 +280,14 @@ def plan_engine(cfg, models: dict, engine: str, devices: int, rates, a: Assumpti
   run_terms = {
       "compile": Term(compile_s, compile_detail),
       "validation": Term(v * validation_s, f"{v} x {validation_s:.0f} s "
-                                           f"({len(eval_calls(cfg)) if v else 0} calls per model)"),
+                                           f"({len(eval_calls(cfg, pool=pool)) if v else 0} "
+                                           f"calls per model)"),
       "checkpoint": Term(writes * per_write,
                          f"{writes} x {state_bytes / 1e9:.0f} GB at {rate / 1e9:.0f} GB/s "
                          f"({'device -> host, the write overlaps' if ck.async_save else 'disk'})")}
-  parallel = engine == "vllm" and cfg.rollout.concurrent != "off" and len(models) > 1
+  # Servers that share GPUs share their HBM: their sampling adds up.
+  parallel = (engine == "vllm" and cfg.rollout.concurrent != "off" and len(models) > 1
+              and not layout.shared)
   return EnginePlan(engine, devices, steps, terms, run_terms, parallel)
 
 

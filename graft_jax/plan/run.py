@@ -77,7 +77,7 @@ def placement(cfg, gpus: int, device_bytes: int, table, servers,
       if gpu in s["gpus"]:
         f = cfg.vllm.gpu_memory_utilization
         users.append(dict(who=f"vLLM {s['name']}", fraction=f, share=int(f * device_bytes),
-                          need=s["weights"] // max(len(s["gpus"]), 1)))
+                          need=s["weights"] * s.get("servers", 1) // max(len(s["gpus"]), 1)))
     total = sum(u["fraction"] for u in users)
     rows.append(dict(gpu=gpu, users=users, fraction=total,
                      fits=total <= 1 + 1e-9 and all(u["need"] <= u["share"] for u in users)))
@@ -103,25 +103,29 @@ def num_params(model_cfg) -> int:
 
 
 def server_budgets(cfg, device_bytes: int) -> list[dict]:
-  """With ``engine=vllm``, per server: its GPUs, its memory (``vllm.gpu_memory_utilization``
-  of each), its weights in the serving dtype, and what is left for the KV cache."""
+  """With ``engine=vllm``, per model: its servers' GPUs, and per server (of
+  ``vllm.data_parallel``) its memory (``vllm.gpu_memory_utilization`` of each of its
+  GPUs), its weights in the serving dtype, and what is left for the KV cache."""
   if cfg.engine != "vllm":
     return []
   v, out = cfg.vllm, []
   for model, (_, _, gpus) in zip(policy_configs(cfg), server_gpus(cfg)):
-    share = int(v.gpu_memory_utilization * device_bytes * (len(gpus) or v.tensor_parallel_size))
+    per_server = len(gpus) // v.data_parallel if gpus else v.tensor_parallel_size
+    share = int(v.gpu_memory_utilization * device_bytes * per_server)
     weights = num_params(model_config(model)) * jnp.dtype(v.dtype).itemsize
     out.append(dict(name=model.name, gpus=gpus, share=share, weights=weights,
-                    kv=share - weights, fits=weights < share))
+                    servers=v.data_parallel, kv=share - weights, fits=weights < share))
   return out
 
 
 def format_servers(servers) -> str:
-  return "\n".join(
-      f"vLLM server {s['name']} on GPUs {s['gpus'] or '(every visible)'}: "
-      f"{format_bytes(s['share'])} (vllm.gpu_memory_utilization), weights "
-      f"{format_bytes(s['weights'])}, KV cache {format_bytes(max(s['kv'], 0))}"
-      f"{'' if s['fits'] else '  NO ROOM'}" for s in servers)
+  def one(s):
+    many = f" ({s['servers']} servers)" if s.get("servers", 1) > 1 else ""
+    return (f"vLLM server {s['name']} on GPUs {s['gpus'] or '(every visible)'}{many}: each "
+            f"{format_bytes(s['share'])} (vllm.gpu_memory_utilization), weights "
+            f"{format_bytes(s['weights'])}, KV cache {format_bytes(max(s['kv'], 0))}"
+            f"{'' if s['fits'] else '  NO ROOM'}")
+  return "\n".join(one(s) for s in servers)
 
 
 def sampler_kv_bytes(cfg, model_cfg, row_shards: int = 1) -> tuple[int, bool]:

@@ -14,6 +14,11 @@ window, prompt bucket + new-token bucket slots, of each of its rows:
 
 with b the rows per device and S the window.
 
+The JAX slot pool (`graft_jax.rollout.continuous`, one device): one call, its
+rows entering the pool's C slots as others leave (the schedule's makespan),
+each step reading every weight and, on XLA's decode attention, the whole window
+of every slot; each row prefills its own prompt (`pool_generate`).
+
 vLLM (one server per model on its own GPU): continuous batching of the rows over
 C slots (its ``max_num_seqs``, the requests in flight x n, and the sequences its
 KV cache holds at the mean context), a row entering as another leaves. The
@@ -92,6 +97,33 @@ def makespan(lengths_R: np.ndarray, slots: int) -> int:
     end = max(end, start + int(length))
     heapq.heappush(free, start + int(length))
   return end
+
+
+def pool_generate(mc, lengths, *, prompts: int, n: int, prompt_longest: int, slots: int,
+                  rates, prefill_chunk: int = 16, seed: int = 0, live: bool = True) -> Generate:
+  """The slot pool's ``generate`` of ``prompts`` x ``n`` rows over ``slots`` slots on one
+  device: makespan steps, each reading every weight and, with the live-token kernel
+  (``live``, the pool's choice on GPUs), each row's prompt and tokens so far, else
+  ``slots`` whole windows (prompt capacity + new-token bucket); plus a prefill per row."""
+  rows = lengths.sample(prompts * n, seed).astype(np.float64)
+  steps = makespan(rows, slots)
+  width = -(-prompt_longest // prefill_chunk) * prefill_chunk
+  window = width + bucket(lengths.cap, 16)
+  kv = costs.kv_bytes_per_position(mc, SERVE_BYTES)
+  if live:  # a row's span, from its first prompt token to its newest
+    read = (steps * SERVE_BYTES * costs.all_params(mc)
+            + kv * float(np.sum(rows * prompt_longest + rows * (rows - 1) / 2)))
+    flops = float(sum(length * costs.decode_flops_per_token(mc, int(prompt_longest + length / 2))
+                      for length in rows))
+  else:
+    read = steps * (SERVE_BYTES * costs.all_params(mc) + slots * window * kv)
+    flops = steps * slots * costs.decode_flops_per_token(mc, window)
+  decode = max(read / (rates.window_hbm_efficiency * rates.hbm_bytes_per_s),
+               flops / (rates.decode_mfu * rates.peak_flops))
+  prefill = prompts * n * width * costs.score_flops_per_token(mc, width) / (
+      rates.score_mfu * rates.peak_flops)
+  cast = costs.all_params(mc) * (4 + SERVE_BYTES) / (rates.hbm_efficiency * rates.hbm_bytes_per_s)
+  return Generate(decode + prefill + cast, 1, slots, steps, 0 if live else window)
 
 
 def vllm_slots(mc, lengths, *, n: int, prompt_mean: float, share_bytes: float,

@@ -27,7 +27,7 @@ GOLD_PARSE_FAIL = 4  # the gold answer itself did not parse
 ERROR = 5            # the worker raised or died on this item
 
 _FLUSH_S = 0.005
-# A run's stop signals (graft_jax.train.preemption.STOP_SIGNALS): a worker ignores
+# A run's stop signals (graft_jax.preemption.STOP_SIGNALS): a worker ignores
 # them; the pool ends it by message or SIGKILL, and pipe EOF when the trainer dies.
 IGNORED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 _CACHE_MAX = 50_000

@@ -12,11 +12,9 @@ benchmark's 64 prompts x 8 x 128 tokens ran as four calls instead of one.
 On a CPU the prompts also decode in several calls that run side by side
 (`streams`, each from its own host thread). One decode step is a chain of
 small operations, many of which XLA runs on one core, so a lone call leaves
-the other cores waiting in those; calls side by side fill the gaps. On the
-speed benchmark's 64 prompts x 8 x 128 tokens on 2 cores, four calls of 16
-prompts took 2.28 s where one call of 64 took 2.77 s (BENCHMARKS.md). The
-calls side by side give bit for bit what the same calls give one after
-another.
+the other cores waiting in those; calls side by side fill the gaps
+(BENCHMARKS.md has the speed benchmark's figures). The calls side by side give
+bit for bit what the same calls give one after another.
 
 Under a mesh the prompts, and so every decode row and its KV cache, are split
 over the batch axes (data x fsdp, `graft_jax.sharding.batch_sharding`): each

@@ -39,23 +39,29 @@ def filter_top_p(logits_BxV, top_p):
 
 
 def row_uniforms(key, b: int, row_offset=0, total_rows: int | None = None):
-  """One uniform per row. Rows ``row_offset .. row_offset + b`` of a call's ``total_rows``
-  take the values the whole call would draw for them, so decoding the rows in
-  chunks samples exactly what decoding them together does."""
-  if total_rows is None:
-    return jax.random.uniform(key, (b,))
-  u = jnp.pad(jax.random.uniform(key, (total_rows,)), (0, b))  # a last chunk may run past
-  return jax.lax.dynamic_slice(u, (row_offset,), (b,))
+  """One uniform per row, keyed by the row's index in its call: rows ``row_offset ..
+  row_offset + b`` take the values the whole call would draw for them, so decoding
+  the rows in chunks, or one at a time in a slot pool (`uniforms_at`), samples
+  exactly what decoding them together does. ``total_rows`` is kept for callers
+  that place a chunk; a row's number does not depend on it."""
+  del total_rows
+  return uniforms_at(key, row_offset + jnp.arange(b, dtype=jnp.int32))
+
+
+def uniforms_at(key, rows_B):
+  """The uniform of each row ``rows_B[i]`` under ``key`` (one step's key): the
+  number that row draws whichever batch, chunk or slot it decodes in."""
+  return jax.vmap(lambda r: jax.random.uniform(jax.random.fold_in(key, r)))(rows_B)
 
 
 def sample_categorical(key, logits_BxV, *, block: int = 128, row_offset=0,
-                       total_rows: int | None = None):
+                       total_rows: int | None = None, uniforms_B=None):
   """One draw per row from softmax(logits) (-inf = excluded), by two-level inverse CDF.
 
   `jax.random.categorical` draws V Gumbel variates per row; on CPU that is
   most of a decode step. This draws one uniform per row (`row_uniforms`): it
   picks a block of `block` tokens by the cumulative block masses, then a
-  token inside it.
+  token inside it. ``uniforms_B`` (default: `row_uniforms`) are those draws.
   """
   b, v = logits_BxV.shape
   p_BxV = jnp.exp(logits_BxV - jnp.max(logits_BxV, axis=-1, keepdims=True))
@@ -65,7 +71,9 @@ def sample_categorical(key, logits_BxV, *, block: int = 128, row_offset=0,
   mass_BxNb = p_BxNbxK.sum(axis=-1)
   cum_BxNb = jnp.cumsum(mass_BxNb, axis=-1)
   # u in (0, total]: the first block whose cumulative mass reaches u has mass > 0.
-  u_B = (1.0 - row_uniforms(key, b, row_offset, total_rows)) * cum_BxNb[:, -1]
+  if uniforms_B is None:
+    uniforms_B = row_uniforms(key, b, row_offset, total_rows)
+  u_B = (1.0 - uniforms_B) * cum_BxNb[:, -1]
   blk_B = jnp.minimum(jnp.sum(cum_BxNb < u_B[:, None], axis=-1), nb - 1)
   take = lambda x_BxN: jnp.take_along_axis(x_BxN, blk_B[:, None], axis=1)[:, 0]
   rest_B = u_B - (take(cum_BxNb) - take(mass_BxNb))
@@ -78,12 +86,14 @@ def sample_categorical(key, logits_BxV, *, block: int = 128, row_offset=0,
 
 
 def sample_step(key, logits_BxV, temperature, top_p, *, greedy: bool, top_k: int,
-                use_top_p: bool, row_offset=0, total_rows: int | None = None):
+                use_top_p: bool, row_offset=0, total_rows: int | None = None,
+                uniforms_B=None):
   """Returns (token_B int32, logp_B float32) for fp32 logits.
 
   `greedy`, `top_k` and `use_top_p` are static (they change the compiled
   program); `temperature` and `top_p` are traced values. `row_offset` and
-  `total_rows` place these rows in a larger call (`row_uniforms`).
+  `total_rows` place these rows in a larger call (`row_uniforms`); a slot pool
+  passes each row's draw as ``uniforms_B`` (`uniforms_at`) instead.
   """
   logits_BxV = logits_BxV.astype(jnp.float32)
   if greedy:
@@ -98,6 +108,6 @@ def sample_step(key, logits_BxV, temperature, top_p, *, greedy: bool, top_k: int
     if use_top_p:
       filtered_BxV = filter_top_p(filtered_BxV, top_p)
     token_B = sample_categorical(key, filtered_BxV, row_offset=row_offset,
-                                 total_rows=total_rows)
+                                 total_rows=total_rows, uniforms_B=uniforms_B)
   logp_B = jnp.take_along_axis(logp_BxV, token_B[:, None], axis=-1)[:, 0]
   return token_B, logp_B

@@ -271,8 +271,11 @@ class VLLMEngine:
   # -- sampling ----------------------------------------------------------------
 
   def generate(self, prompts: Sequence[Sequence[int]], n: int,
-               params: SamplingParams) -> RolloutBatch:
-    """Samples `n` responses per token-id prompt; see `RolloutBatch` for the fields."""
+               params: SamplingParams, *, prompt_offset: int = 0) -> RolloutBatch:
+    """Samples `n` responses per token-id prompt; see `RolloutBatch` for the fields.
+
+    ``prompt_offset``: the first prompt's index in a larger call split over replicas
+    (`vllm_replicas`), whose request seeds it takes."""
     check_generate_args(prompts, n)
     if self.sync_failure is not None:  # the server holds older weights than the trainer
       raise self.sync_failure
@@ -282,7 +285,7 @@ class VLLMEngine:
                   "not log_softmax(logits / T)", self.name)
     # vLLM refuses n > 1 when greedy; the n rows would be identical anyway.
     asked = 1 if params.temperature == 0 else n
-    seeds = _request_seeds(params.seed, len(prompts), asked)
+    seeds = _request_seeds(params.seed, prompt_offset + len(prompts), asked)[prompt_offset:]
     bodies = [self._body(p, asked, params, s) for p, s in zip(prompts, seeds)]
     outs = self._with_restarts(lambda: self._post_all(bodies)) if self._serves else None
     if not self._multi:

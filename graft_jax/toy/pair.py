@@ -14,7 +14,6 @@ into model_a, model_b, model_c, ...
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import shutil
@@ -33,6 +32,7 @@ from graft_jax.models import save_hf
 from graft_jax.toy import friction, group_pools
 from graft_jax.toy import pools as pools_lib
 from graft_jax.toy import spec as spec_lib
+from graft_jax.toy.problems import eval_problems, make_pools, prompt_text, response_text  # pylint: disable=unused-import
 from graft_jax.toy.tokenizer import train_tokenizer
 from graft_jax.toy.warm_start import init_host, tokenize_pairs, train_sft
 
@@ -68,27 +68,6 @@ class ToyPair:
 def folders(k: int) -> tuple[str, ...]:
   """The folder names of a build of ``k`` models: model_a, model_b, model_c, ..."""
   return tuple(f"model_{chr(ord('a') + i)}" for i in range(k))
-
-
-def prompt_text(problem: str) -> str:
-  return problem + spec_lib.PROMPT_SUFFIX
-
-
-def response_text(solution: str) -> str:
-  return " " + solution
-
-
-@functools.lru_cache(maxsize=4)
-def make_pools(cfg: spec_lib.ToyPairConfig) -> pools_lib.Pools:
-  """The config's disjoint pools (cached: drawing them re-checks every answer with sympy)."""
-  if isinstance(cfg, spec_lib.ToyGroupConfig):
-    return group_pools.make_pools(cfg)
-  return pools_lib.make_pools(cfg)
-
-
-def eval_problems(cfg: spec_lib.ToyPairConfig) -> list[Problem]:
-  """Held-out problems of every family (in no warm start and no RL pool)."""
-  return make_pools(cfg).eval
 
 
 def rl_problems(cfg: spec_lib.ToyPairConfig, seed: int) -> list[Problem]:
@@ -180,6 +159,19 @@ def _move_into(tmp: Path, root: Path) -> None:
   if root.exists():
     shutil.rmtree(root)
   tmp.rename(root)
+
+
+def default_folders() -> set[Path]:
+  """The default build's model folders (configs/toy.py's), built on first use."""
+  return {Path(spec_lib.DEFAULT_ROOT) / f for f in FOLDERS}
+
+
+def ensure_if_named(paths) -> None:
+  """Builds (or reuses) the default toy pair when ``paths`` name its folders and one is
+  missing: a run on configs/toy.py needs no build step of its own."""
+  wanted = {Path(p) for p in paths if p}
+  if wanted & default_folders() and not all(p.exists() for p in wanted):
+    ensure_toy_pair(spec_lib.DEFAULT_ROOT)
 
 
 def ensure_toy_pair(root: str | Path = spec_lib.DEFAULT_ROOT,

@@ -18,6 +18,7 @@ from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.rewards import score
 from graft_jax.rollout import JaxSamplerEngine, SamplingParams
 from graft_jax.toy import spec as spec_lib
+from graft_jax.toy.problems import eval_problems, prompt_text
 
 
 def sample_pass_rates(folder: str | Path, problems, *, n: int, max_new_tokens: int,
@@ -25,8 +26,6 @@ def sample_pass_rates(folder: str | Path, problems, *, n: int, max_new_tokens: i
                       timeout_s: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
   """Per-problem mean reward and share of samples that open with the correct
   strategy word (`group_pools.strategy_prefix`), over `n` samples of the model in `folder`."""
-  from graft_jax.toy.pair import prompt_text  # pylint: disable=import-outside-toplevel
-
   model, _ = load_hf(folder)
   tok = load_tokenizer(folder)
   engine = JaxSamplerEngine(model, eos_ids=tok.eos_token_id, pad_id=tok.pad_token_id)
@@ -46,8 +45,6 @@ def sample_pass_rates(folder: str | Path, problems, *, n: int, max_new_tokens: i
 def pass_rate_table(folders: Sequence[str | Path], cfg: spec_lib.ToyPairConfig) -> dict:
   """{model name: {group: mean pass rate, "families": {family: pass rate},
   "strategy": {family: share choosing the correct procedure}}} at temperature 1."""
-  from graft_jax.toy.pair import eval_problems  # pylint: disable=import-outside-toplevel
-
   problems = eval_problems(cfg)
   table = {}
   for spec, folder in zip(cfg.models, folders):

@@ -11,6 +11,7 @@ import numpy as np
 
 from graft_jax import core, distributed
 from graft_jax.config.checks import ConfigError
+from graft_jax.rewards import RewardError
 from graft_jax.rollout import RolloutBatch, SamplingParams
 from graft_jax.train.scoring import mean_or_nan
 
@@ -36,21 +37,34 @@ class Rollout:
   # Set when the peer grafted from these responses: its gate record per row
   # (``exchange.peer_gate_columns``), stored in this model's peer log.
   peer_gate: dict | None = None
-  # True while ``old_logp`` holds the sampler's log-probs standing in for the
-  # teacher-forced ones (`graft_jax.train.old_logprobs`).
-  needs_old_logp: bool = False
+  # Per row, True while ``old_logp`` holds the sampler's log-probs standing in for
+  # the teacher-forced ones (`graft_jax.train.old_logprobs`); none by default.
+  old_logp_pending_B: np.ndarray | None = None
+  # A reward >= this is a success; 0: the rewards are 0 / 1 (``reward.success_threshold``).
+  success_threshold: float = 0.0
+
+  def __post_init__(self):
+    if self.old_logp_pending_B is None:
+      self.old_logp_pending_B = np.zeros(len(self.response_ids), bool)
 
   @property
   def n(self) -> int:
     return self.batch.n
 
   @property
+  def successes_GxN(self) -> np.ndarray:
+    """1 where a response succeeded: its 0/1 reward, or a reward over the threshold."""
+    if self.success_threshold:
+      return (self.rewards_GxN >= self.success_threshold).astype(np.float32)
+    return self.rewards_GxN
+
+  @property
   def k_G(self) -> np.ndarray:
-    return self.rewards_GxN.sum(axis=1).astype(np.int32)
+    return self.successes_GxN.sum(axis=1).astype(np.int32)
 
   @property
   def old_mean_logp_B(self) -> np.ndarray:
-    if self.needs_old_logp:
+    if self.old_logp_pending_B.any():
       raise ValueError(f"{self.name}'s old log-probs are the sampler's placeholders: a "
                        "method that reads them while it builds rows scores them first "
                        "(old_logprobs.score_rollout)")
@@ -81,7 +95,21 @@ def rollout_from_batch(policy, problems, batch: RolloutBatch, prompt_ids, reward
   gen_mean = np.array([mean_or_nan(x) for x in gen_logp], np.float32)
   return Rollout(policy.name, batch, prompt_ids, response_ids, texts, rewards_GxN, adv_GxN,
                  gen_logp, gen_mean, stats,
-                 needs_old_logp=cfg.old_logp_source == "teacher_forced")
+                 old_logp_pending_B=np.full(g * n, cfg.old_logp_source == "teacher_forced"),
+                 success_threshold=cfg.reward.success_threshold)
+
+
+def check_successes(roll: Rollout, cfg) -> None:
+  """Raises ``RewardError`` (one line naming ``reward.kind``) when a method that counts
+  successes gets a reward other than 0 or 1 and no ``reward.success_threshold``: a
+  partial credit summed as successes would select the wrong prompts silently."""
+  if cfg.reward.success_threshold:
+    return
+  odd = roll.rewards_GxN[(roll.rewards_GxN != 0) & (roll.rewards_GxN != 1)]
+  if odd.size:
+    raise RewardError(f"reward.kind {cfg.reward.kind!r} returned {float(odd[0]):g} for "
+                      f"{roll.name}, but method={cfg.method} counts successes from 0/1 "
+                      f"rewards; set reward.success_threshold to the score that counts as one")
 
 
 def collect(policy, problems, cfg, reward_fn, seed: int, timings: dict) -> Rollout:

@@ -28,7 +28,7 @@ def add_own_group(rows: Rows, roll, q: int, adv_N=None, kind: int = KIND_PPO) ->
     b = q * n + j
     rows.add(roll.prompt_ids[q], roll.response_ids[b], q, adv=adv_N[j], kind=kind,
              old_logp=roll.old_logp[b], src_mean_logp=mean_or_nan(roll.old_logp[b]),
-             needs_old_logp=roll.needs_old_logp)
+             old_logp_pending=roll.old_logp_pending_B[b])
 
 
 def own_rows(roll) -> Rows:

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from graft_jax.rollout import JaxSamplerEngine
+from graft_jax.rollout import ContinuousSamplerEngine, JaxSamplerEngine
 from graft_jax.sharding import shard_model, state_shardings
 from graft_jax.train.update import make_optimizer
 
@@ -19,6 +19,22 @@ def tokenizer_identity(tokenizer) -> str:
   """A short, stable fingerprint of a tokenizer's vocabulary."""
   vocab = sorted(tokenizer.get_vocab().items())
   return hashlib.sha1(repr(vocab).encode()).hexdigest()[:12]
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolSettings:
+  """The slot pool's shape (``rollout.pool_*``; the prompt capacity is ``max_prompt_len``)."""
+  slots: int
+  prefill_chunk: int
+  max_prompt_len: int
+
+  @classmethod
+  def from_config(cls, cfg) -> "PoolSettings | None":
+    """None unless the config's JAX engine is the pool."""
+    r = cfg.rollout
+    if cfg.engine != "jax" or r.sampler != "pool":
+      return None
+    return cls(r.pool_slots, r.pool_prefill_chunk, cfg.max_prompt_len)
 
 
 @dataclasses.dataclass
@@ -78,7 +94,8 @@ class Policy:
 
 
 def make_policy(name: str, model, tokenizer, opt_cfg, prompt_suffix: str, *,
-                keep_reference: bool = False, mesh=None, sampler_streams: int = 0) -> Policy:
+                keep_reference: bool = False, mesh=None, sampler_streams: int = 0,
+                pool=None) -> Policy:
   """Wraps a loaded decoder: optimizer state, a JAX sampler engine, optional frozen reference.
 
   With a ``mesh``, the parameters are placed by their logical axes
@@ -87,6 +104,8 @@ def make_policy(name: str, model, tokenizer, opt_cfg, prompt_suffix: str, *,
   ``tx.init`` runs under the mesh with explicit ``out_shardings``, so no
   state ever sits whole on one device. The compiled update keeps both.
   ``sampler_streams`` is the engine's ``streams`` (0: its default).
+  ``pool`` (a `PoolSettings`) swaps the static sampler for the slot pool
+  (`ContinuousSamplerEngine`), which runs on one device.
   """
   tx = make_optimizer(opt_cfg)
   param_sharding = opt_sharding = None
@@ -99,9 +118,18 @@ def make_policy(name: str, model, tokenizer, opt_cfg, prompt_suffix: str, *,
     opt_sharding = state_shardings(jax.eval_shape(tx.init, params), mesh)
     with jax.set_mesh(mesh):
       opt_state = jax.jit(tx.init, out_shardings=opt_sharding)(params)
-  engine = JaxSamplerEngine(model, eos_ids=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                            state_sharding=param_sharding, mesh=mesh,
-                            streams=sampler_streams or None)
+  if pool is None:
+    engine = JaxSamplerEngine(model, eos_ids=tokenizer.eos_token_id,
+                              pad_id=tokenizer.pad_token_id, state_sharding=param_sharding,
+                              mesh=mesh, streams=sampler_streams or None)
+  elif mesh is not None:
+    raise ValueError(f"{name}: rollout.sampler='pool' runs on one device; this run has a mesh "
+                     f"(use rollout.sampler='static')")
+  else:
+    engine = ContinuousSamplerEngine(model, eos_ids=tokenizer.eos_token_id,
+                                     pad_id=tokenizer.pad_token_id, slots=pool.slots,
+                                     prefill_chunk=pool.prefill_chunk,
+                                     max_prompt_len=pool.max_prompt_len)
   ref = jax.tree.map(np.asarray, params) if keep_reference else None
   return Policy(name, graphdef, params, opt_state, tx, tokenizer, engine, prompt_suffix, ref, mesh,
                 param_sharding, opt_sharding)

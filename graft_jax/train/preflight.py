@@ -219,7 +219,7 @@ def served_weight_bytes(cfg, *, untie: bool) -> int:
   written twice when `untie`. Models without a config.json yet count nothing."""
   import jax.numpy as jnp
   from graft_jax.models.config import ModelConfig
-  from graft_jax.plan.costs import all_params
+  from graft_jax.models.size import all_params
   from graft_jax.train import methods
   served = cfg.vllm.dtype if cfg.vllm.dtype != "auto" else cfg.param_dtype
   itemsize = jnp.dtype(served).itemsize

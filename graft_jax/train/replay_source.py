@@ -6,7 +6,7 @@ import numpy as np
 
 from graft_jax import core
 from graft_jax.rollout import RolloutBatch
-from graft_jax.train.collect import Rollout
+from graft_jax.train.collect import Rollout, check_successes
 from graft_jax.train.scoring import mean_or_nan
 
 
@@ -62,5 +62,8 @@ class ReplaySource:
                          np.repeat(np.arange(len(problems), dtype=np.int32), n), n)
     adv = np.asarray(core.group_advantages(rewards_GxN, scale_by_std=self.cfg.scale_by_std))
     gen_mean = np.array([mean_or_nan(l) for l in logps], np.float32)
-    return Rollout(self.name, batch, None, ids, texts, rewards_GxN, adv,
-                   [np.asarray(l, np.float32) for l in logps], gen_mean, stats)
+    roll = Rollout(self.name, batch, None, ids, texts, rewards_GxN, adv,
+                   [np.asarray(l, np.float32) for l in logps], gen_mean, stats,
+                   success_threshold=self.cfg.reward.success_threshold)
+    check_successes(roll, self.cfg)  # replay's selection counts the logged successes
+    return roll

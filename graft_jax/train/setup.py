@@ -16,10 +16,11 @@ from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.models.attention import describe_impl
 from graft_jax.sharding import (describe_mesh, format_bytes, make_mesh,
                                 max_bytes_per_device)
-from graft_jax.config.run_config import ConfigError, check_paths, policy_configs
+from graft_jax.config.run_config import ConfigError, policy_configs
 from graft_jax.train.update import micro_batch_budget
 from graft_jax.train import methods, preflight, run_inputs
 from graft_jax.config import placement as config_placement
+from graft_jax.train.policy import PoolSettings
 from graft_jax.train.trainer import Trainer, config_reward, make_reward_pool
 from graft_jax.train.validation import Validator
 
@@ -96,7 +97,7 @@ def placement_footprints(cfg) -> list:
   """`config_placement.Footprint` of each model whose folder has a config.json (the
   others are not checked here)."""
   from graft_jax.models.config import ModelConfig
-  from graft_jax.plan.costs import all_params
+  from graft_jax.models.size import all_params
   out = []
   for m in policy_configs(cfg):
     path = pathlib.Path(m.path or "", "config.json")
@@ -129,6 +130,9 @@ def build_mesh(cfg):
   log.info("%s", describe_mesh(mesh))
   if mesh.size == 1:
     return None
+  if PoolSettings.from_config(cfg) is not None:
+    raise ConfigError(f"rollout.sampler='pool' runs on one device; the mesh has {mesh.size} "
+                      f"(use rollout.sampler='static')", field="rollout.sampler")
   jax.set_mesh(mesh)
   return mesh
 
@@ -143,33 +147,44 @@ def log_state_bytes(trainer: Trainer) -> None:
 
 def vllm_engine(cfg, name: str, model, tokenizer):
   """A vLLM sidecar engine for one policy, set up from ``cfg.vllm``; its files go to
-  ``<workdir>/vllm/<name>``."""
-  from graft_jax.rollout.vllm_engine import VLLMEngine
+  ``<workdir>/vllm/<name>``. With ``vllm.data_parallel`` > 1, that many servers
+  (``<name>/r<i>``) as one engine (`rollout.vllm_replicas`), one weights folder shared."""
+  from graft_jax.rollout.vllm_engine import VLLMEngine, default_weights_dir
+  from graft_jax.rollout.vllm_replicas import VLLMReplicas
   from graft_jax.rollout.vllm_sidecar import SidecarOptions
 
   v = cfg.vllm
   opts = {f.name: getattr(v, f.name) for f in dataclasses.fields(SidecarOptions)
           if hasattr(v, f.name)}
   opts["max_model_len"] = v.max_model_len or cfg.max_prompt_len + cfg.max_response_len
-  opts.update(placement_options(cfg, name))
-  return VLLMEngine(model, eos_ids=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                    run_dir=pathlib.Path(cfg.workdir, "vllm", name), options=SidecarOptions(**opts),
-                    name=name, **{**vllm_engine_settings(v), "weight_sync": sync_backend(cfg)})
-
-
-def sync_backend(cfg) -> str:
-  """``vllm.weight_sync`` for this run's devices and processes
-  (`config_placement.sync_backend`)."""
-  return config_placement.sync_backend(cfg, on_gpu=jax.default_backend() == "gpu",
-                                       processes=jax.process_count())
-
-
-def placement_options(cfg, name: str) -> dict:
-  """``SidecarOptions`` fields that place the server of policy ``name``: its bind address and,
-  with its ``vllm.gpus`` entry (`config_placement.server_gpus`), ``CUDA_VISIBLE_DEVICES``
-  (the inherited one's entries those ids index, `config_placement.physical_gpus`) and a
-  tensor-parallel size of one per GPU."""
+  run_dir = pathlib.Path(cfg.workdir, "vllm", name)
   gpus = next(g for _, n, g in config_placement.server_gpus(cfg) if n == name)
+  groups = config_placement.replica_gpus(gpus, v.data_parallel)
+
+  def engine(replica_gpus, folder, **kw):
+    return VLLMEngine(
+        model, eos_ids=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, run_dir=folder,
+        options=SidecarOptions(**{**opts, **placement_options(cfg, replica_gpus)}), name=name,
+        **{**vllm_engine_settings(v), "weight_sync": sync_backend(cfg, replica_gpus)}, **kw)
+
+  if len(groups) == 1:
+    return engine(gpus, run_dir)
+  shared = default_weights_dir(run_dir)
+  return VLLMReplicas([engine(g, run_dir / f"r{i}", weights_dir=shared)
+                       for i, g in enumerate(groups)])
+
+
+def sync_backend(cfg, gpus=None) -> str:
+  """``vllm.weight_sync`` for this run's devices and processes, of the server on ``gpus``
+  (None: the run's) (`config_placement.sync_backend`)."""
+  return config_placement.sync_backend(cfg, on_gpu=jax.default_backend() == "gpu",
+                                       processes=jax.process_count(), gpus=gpus)
+
+
+def placement_options(cfg, gpus) -> dict:
+  """``SidecarOptions`` fields that place a server on ``gpus`` (config ids; () unplaced): its
+  bind address and ``CUDA_VISIBLE_DEVICES`` (the inherited one's entries those ids index,
+  `config_placement.physical_gpus`) and a tensor-parallel size of one per GPU."""
   out = {"host": cfg.vllm.host}
   if gpus:
     out["tensor_parallel_size"] = len(gpus)
@@ -192,22 +207,7 @@ def attach_engines(trainer: Trainer, make_engine) -> None:
     p.engine = make_engine(name, p.model, p.tokenizer)
 
 
-def toy_pair_folders() -> set[pathlib.Path]:
-  """The embedded toy pair's default model folders, built on first use."""
-  from graft_jax import toy
-  root = pathlib.Path(toy.DEFAULT_ROOT)
-  return {root / "model_a", root / "model_b"}
-
-
-def ensure_toy_pair_if_named(cfg) -> None:
-  """Builds (or reuses) the embedded toy pair when the config names its default folders."""
-  from graft_jax import toy
-  wanted = {pathlib.Path(m.path) for m in policy_configs(cfg) if m.path}
-  if wanted & toy_pair_folders() and not all(p.exists() for p in wanted):
-    toy.ensure_toy_pair(toy.DEFAULT_ROOT)
-
-
-def build_trainer(cfg, *, reward_fn=None) -> Trainer:
+def build_trainer(cfg, *, reward_fn=None, build_models=None) -> Trainer:
   """Checks what the run reads and writes, then loads the models (and starts vLLM sidecars
   if asked).
 
@@ -216,8 +216,9 @@ def build_trainer(cfg, *, reward_fn=None) -> Trainer:
   are counted), and with ``reward.kind=math_verify`` golds math-verify cannot
   use are quarantined. The trainer owns and closes that reward's verifier pool
   (``reward.num_workers`` processes) and
-  the sidecars. A config pointing at the toy pair's folders builds the pair
-  on first use. With ``distributed.*`` set it first joins the run's other
+  the sidecars. ``build_models(cfg)``, when given, makes the model folders a run
+  builds on first use (launch/train.py passes the toy pair's); process 0 calls it
+  once the inputs are checked, before the paths are. With ``distributed.*`` set it first joins the run's other
   processes (``start_processes``); each then verifies its share of the rewards.
   """
   start_processes(cfg)
@@ -234,10 +235,11 @@ def build_trainer(cfg, *, reward_fn=None) -> Trainer:
     # Each process verifies its share of a step's responses; all get every reward.
     reward_fn = distributed.shared_reward(reward_fn)
     run_inputs.require_batch(problems, cfg, counts)
-    if distributed.is_writer():  # one process builds; the others wait and read it
-      ensure_toy_pair_if_named(cfg)
-    distributed.sync("toy-pair")
-    check_paths(cfg)
+    if build_models is not None:
+      if distributed.is_writer():  # one process builds; the others wait and read it
+        build_models(cfg)
+      distributed.sync("build-models")
+    methods.check_paths(cfg)
     # The suite loads (and fails on a bad file) before the models do.
     validator = Validator.from_config(cfg, reward_fn, problems)
     mesh = build_mesh(cfg)

@@ -13,8 +13,9 @@ import numpy as np
 
 from graft_jax import core
 from graft_jax.models.logprobs import bucket_length
-from graft_jax.train import cost, methods, old_logprobs, step_metrics, update
-from graft_jax.train.collect import collect_all
+from graft_jax.outputs import step_cost as cost, step_metrics
+from graft_jax.train import methods, old_logprobs, update
+from graft_jax.train.collect import check_successes, collect_all
 from graft_jax.train.update_rows import typed_batch
 
 
@@ -46,7 +47,8 @@ def run_updates(policy, rows, order: list[np.ndarray], cfg, method) -> dict:
     params, opt_state, parts = update.update(
         policy, params, opt_state, batch, loss, np.int32(i),
         micro_batch_tokens=cfg.perf.micro_batch_tokens, width=width,
-        skip_silent=cfg.skip_silent_rows, from_update=i == 0 and old_logprobs.from_update(cfg))
+        skip_silent=cfg.skip_silent_rows, fresh_B=old_logprobs.fresh_rows(rows, idx, i, cfg),
+        packed=cfg.perf.packed_update)
     per_update.append(parts)  # read once at the end: packing the next minibatch overlaps this one
   policy.set_params(params, opt_state)
   out = step_metrics.update_metrics(jax.device_get(per_update))
@@ -80,6 +82,8 @@ def _train_step(cfg, policies: dict, problems, reward_fn, key, *, method, epoch:
            for i, name in enumerate(trained)}
   rolls = collect_all({name: policies[name] for name in trained}, problems, cfg, reward_fn,
                       seeds, timings)
+  for roll in rolls.values() if method.counts_successes else ():
+    check_successes(roll, cfg)
   t0 = time.perf_counter()
   peers = method.peers(rolls, problems, epoch)
   timings["peers_s"] = time.perf_counter() - t0

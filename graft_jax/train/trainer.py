@@ -9,7 +9,7 @@ metrics row (validation included) are on disk before the checkpoint covering
 the step commits, and a resumed run drops whatever an interrupted attempt
 wrote after its checkpoint, then writes it again.
 
-SIGTERM, SIGINT and SIGUSR1 stop a run cleanly (``graft_jax.train.preemption``):
+SIGTERM, SIGINT and SIGUSR1 stop a run cleanly (``graft_jax.preemption``):
 the step in flight finishes (or, before its update, is abandoned), the last
 completed step is saved, and ``run`` raises ``preemption.Stopped``.
 """
@@ -29,11 +29,12 @@ from graft_jax.config import checks as config_checks
 from graft_jax.config import run_config as config_lib
 from graft_jax.outputs import metrics_file, progress, storage
 from graft_jax.outputs import peer_log
-from graft_jax.train import methods, preemption, run_inputs
-from graft_jax.train.checkpoint import Checkpointer
+from graft_jax import preemption
+from graft_jax.train import methods, run_inputs
+from graft_jax.outputs.checkpoint import Checkpointer
 from graft_jax.train.data_stream import PromptStream
 from graft_jax.outputs.metrics_writer import MetricsWriter
-from graft_jax.train.policy import make_policy
+from graft_jax.train.policy import PoolSettings, make_policy
 from graft_jax.train.step import train_step
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,8 @@ class Trainer:
     self.policies = {
         name: make_policy(name, models[name][0], models[name][1], cfg.optimizer,
                           cfg.data.prompt_suffix, keep_reference=self.method.keeps_reference,
-                          mesh=mesh, sampler_streams=cfg.perf.sampler_streams)
+                          mesh=mesh, sampler_streams=cfg.perf.sampler_streams,
+                          pool=PoolSettings.from_config(cfg))
         for name in trained}
     self.data_counts = dict(data_counts or {})
     problems = self._within_prompt_limit(problems, validator)

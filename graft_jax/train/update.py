@@ -3,7 +3,7 @@ micro-batches packed by length.
 
 A minibatch's rows are cut into micro-batches of at most ``micro_batch_tokens``
 per device (verl's ``ppo_max_token_len_per_gpu``), packed by length
-(``graft_jax.train.length_packing``); a loop over the micro-batches of each
+(``graft_jax.packing.length_packing``); a loop over the micro-batches of each
 shape adds each one's fp32 gradient, then one optimizer step runs, so peak
 activations are those of one micro-batch. The result is the unsplit
 minibatch's gradient, because every loss term is a mean over the *whole*
@@ -14,7 +14,10 @@ method's ``loss_fn.totals``), so
     \\nabla L = \\sum_{m=1}^{M} \\nabla \\frac{S_m}{N}, \\qquad
     N = \\sum_m n_m \\quad (\\text{not } \\tfrac{1}{M}\\sum_m S_m / n_m),
 
-and a budget that splits a group changes nothing. Rows without a loss term
+and a budget that splits a group changes nothing. The update owns pi_old: rows
+whose old log-probs come from its own forward (``fresh_B``: the parameters are
+still the behavior policy's) get that forward's stop-gradient as ``old_logp``
+before the loss sees the batch, so a loss always reads a true pi_old. Rows without a loss term
 (the method's ``has_signal``) are left out with ``skip_silent_rows``: the same
 gradient, less work. The programs are compiled for every shape the run can
 take on its first update (`length_packing.run_shapes`), so no later step
@@ -36,14 +39,14 @@ from flax import nnx
 from graft_jax.distributed import to_global
 from graft_jax.models import token_logprobs
 from graft_jax.sharding import batch_shards, batch_sharding
-from graft_jax.train import length_packing
+from graft_jax.packing import length_packing
+from graft_jax.train import packed_micro_batches
+from graft_jax.outputs import metric_kinds as kinds
 from graft_jax.train.update_rows import ROW_FIELDS, TOKEN_FIELDS
 
 # Tokens per gradient micro-batch when the config leaves it to the backend (0): on a
 # CPU the speed benchmark's setting, whose working set stays in cache (BENCHMARKS.md).
 CPU_MICRO_BATCH_TOKENS = 640
-# Metrics already divided by whole-minibatch counts: micro-batches add up.
-_SUMMED = ("loss", "pg_loss", "sgt_loss", "kl_ref", "objective_sum", "row_count")
 
 
 def micro_batch_budget(configured: int) -> int:
@@ -68,27 +71,52 @@ def make_optimizer(opt) -> optax.GradientTransformation:
   return optax.chain(optax.clip_by_global_norm(opt.grad_clip), adamw) if opt.grad_clip else adamw
 
 
-def summed_metric(key: str) -> bool:
-  """Whether a metric is already divided by whole-minibatch counts, or a plain sum or
-  count (micro-batches add up), rather than a fraction to weight by each micro-batch's
-  share of loss units."""
-  return key in _SUMMED or key.endswith(("_tokens", "_clipped", "_sum"))
+def sampler_gap(old_logp_BxT, sampler_logp_BxT, mask_BxT) -> dict:
+  """|old-policy - sampler| log-prob over the ``mask_BxT`` tokens: the sum and count a
+  mean is pooled from over micro-batches and minibatches, and the max."""
+  gap_BxT = jnp.abs(old_logp_BxT - sampler_logp_BxT) * mask_BxT
+  return {**kinds.metrics(kinds.SUM, logp_mismatch_sum=gap_BxT.sum(),
+                          logp_mismatch_tokens=mask_BxT.sum()),
+          **kinds.metrics(kinds.MAX, logp_mismatch_max=gap_BxT.max())}
 
 
-def loss_and_metrics(params, batch, scalars, update_index, *, graphdef, loss):
-  """The method's loss of one micro-batch (``scalars``: the minibatch's totals)."""
+def with_fresh_old_logp(logp_BxT, batch, fresh_B):
+  """(``batch`` whose ``fresh_B`` rows read ``stop_gradient(logp_BxT)`` as ``old_logp``,
+  the gap to the sampler's log-probs those rows held). A batch without ``old_logp``
+  (a loss without a ratio) is returned as it is."""
+  if "old_logp" not in batch.__dataclass_fields__:
+    return batch, {}
+  fresh_BxT = batch.resp_mask * fresh_B[:, None]
+  old_BxT = jnp.where(fresh_BxT > 0, jax.lax.stop_gradient(logp_BxT), batch.old_logp)
+  return batch.replace(old_logp=old_BxT), sampler_gap(old_BxT, batch.old_logp, fresh_BxT)
+
+
+def loss_and_metrics(params, rows, scalars, update_index, *, graphdef, loss):
+  """The method's loss of one micro-batch (``rows``: the loss's batch and, per row,
+  whether its old log-probs come from this forward; ``scalars``: the minibatch's
+  totals)."""
+  batch, fresh_B, *packing = rows
   model = nnx.merge(graphdef, params)
-  logp_BxT = token_logprobs(model, batch.ids, batch.attn, temperature=loss.temperature)
+  if packing:  # packed rows (`packed_micro_batches`): the batch is their row view
+    logp_BxT = packed_micro_batches.packed_logprobs_BxT(model, packing[0], batch.attn,
+                                                        temperature=loss.temperature)
+  else:
+    logp_BxT = token_logprobs(model, batch.ids, batch.attn, temperature=loss.temperature)
+  batch, gap = with_fresh_old_logp(logp_BxT, batch, fresh_B)
   value, metrics = loss(logp_BxT, batch, scalars, update_index)
-  return value, dict(metrics, loss=value)
+  undeclared = [k for k, m in metrics.items() if not isinstance(m, kinds.Metric)]
+  if undeclared:
+    raise TypeError(f"{type(loss).__name__} returned metrics without a reducer "
+                    f"({', '.join(undeclared)}): make them with metric_kinds.metrics")
+  return value, dict(metrics, **gap, **kinds.metrics(kinds.MEAN, loss=value))
 
 
 def micro_grads(params, acc, stack, scalars_S, count, update_index, *, graphdef, loss,
                 grad_sharding=None):
   """``acc`` plus the fp32 gradients of the first ``count`` micro-batches of ``stack``
   (one shape, stacked on a leading axis; the rest is padding that never runs), and
-  their metrics: whole-minibatch means and counts add up, maxima by maximum, fractions
-  weighted by each micro-batch's ``share`` of loss units. A ``fori_loop`` whose trip
+  their metrics, each added by its reducer (`metric_kinds.add_micro_batch`: fractions
+  weighted by each micro-batch's ``share`` of loss units). A ``fori_loop`` whose trip
   count comes from the host: one program per shape whatever the count."""
   grad_fn = jax.value_and_grad(functools.partial(loss_and_metrics, graphdef=graphdef, loss=loss),
                                has_aux=True)
@@ -102,9 +130,8 @@ def micro_grads(params, acc, stack, scalars_S, count, update_index, *, graphdef,
     acc = jax.tree.map(lambda a, x: a + x.astype(jnp.float32), acc, g)
     if grad_sharding is not None:
       acc = jax.lax.with_sharding_constraint(acc, grad_sharding)
-    return acc, {k: jnp.maximum(total[k], v) if k.endswith("_max")
-                 else total[k] + (v if summed_metric(k) else v * scalars["share"])
-                 for k, v in metrics.items()}
+    return acc, {k: kinds.add_micro_batch(total[k], m, scalars["share"])
+                 for k, m in metrics.items()}
 
   shapes = jax.eval_shape(lambda: grad_fn(params, pick(stack, 0), pick(scalars_S, 0),
                                           update_index)[0][1])
@@ -142,12 +169,12 @@ def update_program(graphdef, params, tx, loss, *, rows: int, length: int, slots:
                                  opt_sharding=opt_sharding)
   spec = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype)
   dtypes = {**TOKEN_FIELDS, **ROW_FIELDS}
-  stack = loss.Batch(**{k: spec((slots, rows, length) if k in TOKEN_FIELDS else (slots, rows),
-                                dtypes[k]) for k in loss.Batch.__dataclass_fields__})
+  stack = (loss.Batch(**{k: spec((slots, rows, length) if k in TOKEN_FIELDS else (slots, rows),
+                                 dtypes[k]) for k in loss.Batch.__dataclass_fields__}),
+           spec((slots, rows), jnp.float32))
   one_row = loss.Batch(**{k: np.zeros((1, 1) if k in TOKEN_FIELDS else (1,), dtypes[k])
                           for k in loss.Batch.__dataclass_fields__})
-  scalars = {k: spec((slots,), jnp.float32)
-             for k in ("share", "from_update", *loss.totals(one_row))}
+  scalars = {k: spec((slots,), jnp.float32) for k in ("share", *loss.totals(one_row))}
   acc = jax.tree.map(lambda p: spec(p.shape, jnp.float32), params)
   opt = jax.eval_shape(tx.init, params)
   index = spec((), jnp.int32)
@@ -165,7 +192,7 @@ def programs(policy, loss):
 
 
 def update(policy, params, opt_state, batch, loss, update_index, *, micro_batch_tokens: int,
-           width: int, skip_silent: bool = True, from_update: bool = False):
+           width: int, skip_silent: bool = True, fresh_B=None, packed: bool = False):
   """One optimizer step on a host minibatch (``loss.Batch`` of numpy arrays padded to
   ``width`` tokens, the run's length budget); ``params`` and ``opt_state`` are donated.
 
@@ -179,7 +206,12 @@ def update(policy, params, opt_state, batch, loss, update_index, *, micro_batch_
   (``rows_run``; ``silent_rows`` counts the others). With none to run, only the
   optimizer step runs (AdamW's moments and weight decay still move the parameters)
   and the metrics read 0.
-  ``from_update``: the old log-probs are the stop-gradient of this forward.
+  ``fresh_B`` (per row; none by default): the rows whose old log-probs are the
+  stop-gradient of this forward, their ``old_logp`` the sampler's, whose gap to
+  it is measured (``logp_mismatch_*``).
+  ``packed``: the micro-batches are whole sequences packed into rows of ``width``
+  (`packed_micro_batches`), one shape per run whatever the lengths, with the same
+  gradient and metrics.
 
   Returns (params, opt_state, the metrics of each call that ran and the step's).
   """
@@ -191,13 +223,20 @@ def update(policy, params, opt_state, batch, loss, update_index, *, micro_batch_
   b, t = batch.ids.shape
   silent_B = has_tokens_B & ~loss.has_signal(batch) if skip_silent else np.zeros(b, bool)
   run_B = np.flatnonzero(~silent_B & (has_tokens_B if skip_silent else True))
-  plan = length_packing.plan_micro_batches(lengths_B[run_B], t, budget, shards, num_rows=b)
+  if packed:
+    plan, bins_M = packed_micro_batches.plan(lengths_B[run_B], width, budget, shards, num_rows=b)
+  else:
+    plan = length_packing.plan_micro_batches(lengths_B[run_B], t, budget, shards, num_rows=b)
   units_B = loss.units(batch)
   share_M = np.asarray([units_B[run_B[idx]].sum() for idx, _, _ in plan], np.float32)
   share_M /= max(float(share_M.sum()), 1.0)
-  scalars = dict(loss.totals(batch), from_update=np.float32(from_update))
+  scalars = loss.totals(batch)
+  fresh_B = np.zeros(b, np.float32) if fresh_B is None else np.asarray(fresh_B, np.float32)
   grad_fn, apply_fn = programs(policy, loss)
-  shapes = length_packing.run_shapes(b, t, budget, shards) if t <= width else []
+  if packed:
+    shapes = packed_micro_batches.run_shapes(b, width, t, budget, shards)
+  else:
+    shapes = length_packing.run_shapes(b, t, budget, shards) if t <= width else []
   shapes += [(-(-b // rows), rows, length) for _, rows, length in plan
              if (-(-b // rows), rows, length) not in shapes]  # rows past the budget: new shapes
   with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
@@ -211,13 +250,19 @@ def update(policy, params, opt_state, batch, loss, update_index, *, micro_batch_
     parts = []
     for slots, rows, length in shapes:
       entries = [m for m, (_, r, l) in enumerate(plan) if (r, l) == (rows, length)]
-      compiled = ("shape", loss, slots, rows, length)
+      compiled = ("shape", loss, slots, rows, length, packed)
       # A shape without micro-batches runs only to compile on the first update, or to
       # give a minibatch with no row to run its (zero) metrics.
       if entries or compiled not in policy.compiled or (not plan and not parts):
         policy.compiled[compiled] = True
-        stack = length_packing.stack_micro_batches(batch, [run_B[plan[m][0]] for m in entries],
-                                                   rows, length, slots)
+        if packed:
+          stack = packed_micro_batches.stack(
+              (batch, fresh_B), [[run_B[bin_] for bin_ in bins_M[m]] for m in entries],
+              rows, length, slots)
+        else:
+          stack = length_packing.stack_micro_batches((batch, fresh_B),
+                                                     [run_B[plan[m][0]] for m in entries],
+                                                     rows, length, slots)
         scalars_S = {k: np.full(slots, v, np.float32) for k, v in scalars.items()}
         scalars_S["share"] = np.zeros(slots, np.float32)
         scalars_S["share"][:len(entries)] = share_M[entries]
@@ -230,6 +275,11 @@ def update(policy, params, opt_state, batch, loss, update_index, *, micro_batch_
         if entries or not plan:
           parts.append(metrics)
     params, opt_state, grad_norm = apply_fn(params, opt_state, acc)
-  parts.append({"grad_norm": grad_norm, "silent_rows": np.float32(silent_B.sum()),
-                "rows_run": np.float32(has_tokens_B[run_B].sum())})
+  # What the forward computed, padding included (padding / computed: the padding fraction).
+  computed = sum(rows * length for _, rows, length in plan)
+  parts.append({**kinds.metrics(kinds.MEAN, grad_norm=grad_norm),
+                **kinds.metrics(kinds.SUM, silent_rows=np.float32(silent_B.sum()),
+                                rows_run=np.float32(has_tokens_B[run_B].sum()),
+                                computed_tokens=np.float32(computed),
+                                padding_tokens=np.float32(computed - lengths_B[run_B].sum()))})
   return params, opt_state, parts

@@ -44,12 +44,13 @@ class Rows:
   old_logp: list = dataclasses.field(default_factory=list)
   ref_logp: list = dataclasses.field(default_factory=list)
   # True where ``old_logp`` is the sampler's, standing in for the teacher-forced ones
-  # (`graft_jax.train.old_logprobs` scores those the update reads).
-  needs_old_logp: list = dataclasses.field(default_factory=list)
+  # (`graft_jax.train.old_logprobs` scores those the update reads; the update's first
+  # forward is pi_old for those left in its first minibatch).
+  old_logp_pending: list = dataclasses.field(default_factory=list)
 
   def add(self, prompt, response, group, *, adv=0.0, weight=1.0, keep=True, grafted=False,
           kind=KIND_PPO, is_self=True, src_mean_logp=0.0, cap_ratio=1.0, old_logp=None,
-          needs_old_logp=False):
+          old_logp_pending=False):
     self.prompt_ids.append(list(prompt))
     self.response_ids.append(list(response))
     self.group.append(int(group))
@@ -63,7 +64,7 @@ class Rows:
     self.cap_ratio.append(float(cap_ratio))
     self.old_logp.append(None if old_logp is None else np.asarray(old_logp, np.float32))
     self.ref_logp.append(None)
-    self.needs_old_logp.append(bool(needs_old_logp))
+    self.old_logp_pending.append(bool(old_logp_pending))
 
   def __len__(self):
     return len(self.group)

@@ -19,25 +19,15 @@ import time
 
 from graft_jax import data
 from graft_jax import eval as eval_lib
+from graft_jax.config.checks import benchmark_file
 from graft_jax.rollout import SamplingParams
 from graft_jax.outputs.metrics_writer import read_jsonl
+from graft_jax.train.policy import PoolSettings
 
 
 SYNTHETIC = "synthetic"
-_SUFFIXES = (".jsonl", ".json", ".parquet")
 SYNTHETIC_DEFAULT_SIZE = 64  # per family when eval.max_examples is 0
 _EVAL_SEED_OFFSET = 10_000  # added to the run's seeds for held-out problems and eval sampling
-
-
-def benchmark_file(data_dir: str, name: str) -> pathlib.Path:
-  """``<data_dir>/<name>.jsonl`` (or .json / .parquet): the first that exists."""
-  for suffix in _SUFFIXES:
-    path = pathlib.Path(data_dir, name + suffix)
-    if path.is_file():
-      return path
-  raise FileNotFoundError(
-      f"eval.suite names {name!r}: no {name}.jsonl, {name}.json or {name}.parquet in "
-      f"eval.data_dir {data_dir!r}")
 
 
 def eval_suite(cfg, train_problems=()) -> dict[str, list]:
@@ -87,6 +77,8 @@ class Validator:
     prompt_suffix: the training prompt's suffix, so validation prompts are the
       training ones (problem + suffix, no special tokens).
     score_fn: ``(texts, golds) -> (rewards, stats)``, the run's reward.
+    batch_size: problems per engine call; 0: the whole suite in one call per model
+      (the slot pool, ``rollout.sampler='pool'``, keeps its slots busy across it).
   """
 
   suite: dict
@@ -107,10 +99,11 @@ class Validator:
     if not cfg.eval.every_steps:
       return None
     e = cfg.eval
+    pool = PoolSettings.from_config(cfg) is not None
     return cls(eval_suite(cfg, train_problems), every_steps=e.every_steps, k=e.k,
                temperature=e.temperature, top_p=e.top_p, seed=cfg.seed,
                max_new_tokens=cfg.max_response_len, prompt_suffix=cfg.data.prompt_suffix,
-               score_fn=score_fn)
+               score_fn=score_fn, batch_size=0 if pool else 64)
 
   def due(self, step: int, total: int) -> bool:
     """Whether to validate after (0-based) ``step`` of a ``total``-step run."""

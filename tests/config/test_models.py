@@ -77,13 +77,13 @@ def test_bad_model_lists_name_the_field(mutate, line):
 def test_pair_only_methods_refuse_three_models(method):
   cd = three(method, **{"replay.log_dir": "/nonexistent"})
   with pytest.raises(config_lib.ConfigError) as e:
-    config_lib.from_config_dict(cd)
+    methods.from_config_dict(cd)
   assert str(e.value) == (f"models has 3 entries but method={method} is defined for a pair of "
                           f"models; list 2 models or use method=graft or grpo")
   assert e.value.field == "models"
   with cd.unlocked():
     cd.models = cd.models[:2]
-  config_lib.from_config_dict(cd)  # a pair in `models` is fine
+  methods.from_config_dict(cd)  # a pair in `models` is fine
 
 
 def test_every_pair_only_method_is_refused():
@@ -98,10 +98,10 @@ def test_vllm_places_a_server_per_model_past_the_pair():
   assert config_placement.server_gpus(cfg) == [
       ("vllm.gpus.model_a", "toy_a", (1,)), ("vllm.gpus.model_b", "toy_b", (2,)),
       ("vllm.gpus.more[0]", "toy_c", (3, 4))]
-  assert setup.placement_options(cfg, "toy_c") == {
+  assert setup.placement_options(cfg, (3, 4)) == {
       "host": "127.0.0.1", "tensor_parallel_size": 2, "env": (("CUDA_VISIBLE_DEVICES", "3,4"),)}
   unplaced = config_lib.from_config_dict(three(engine="vllm"))  # every server sees every GPU
-  assert setup.placement_options(unplaced, "toy_c") == {"host": "127.0.0.1"}
+  assert setup.placement_options(unplaced, ()) == {"host": "127.0.0.1"}
 
 
 def test_vllm_placement_of_a_third_model_is_checked_by_its_field():

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from graft_jax.config import run_config as config_lib
+from graft_jax.train import methods
 from tests.config.test_run_config import _with
 
 
@@ -53,17 +54,21 @@ def test_missing_model_folders_and_pending_ones(tmp_path):
     _check(d, pending=[tmp_path / 'toy' / 'model_b'])
 
 
-def test_replay_needs_the_peers_logs(tmp_path):
+def test_replay_needs_the_peers_logs_not_its_folder(tmp_path):
   d = _with(**_models(tmp_path), workdir=str(tmp_path / 'w'), method='replay',
             replay__log_dir=str(tmp_path / 'logs'))
+  d['model_b']['path'] = str(tmp_path / 'gone')  # the peer is its logs: never loaded
+  cfg = methods.from_config_dict(d)
   with pytest.raises(config_lib.PathError, match='^replay.log_dir: no such file or folder'):
-    _check(d)
+    methods.check_paths(cfg)
   (tmp_path / 'logs' / 'model_a').mkdir(parents=True)
   with pytest.raises(config_lib.PathError, match="^replay.log_dir: no peer logs of model_b.name "
                      "'model_b'"):
-    _check(d)
+    methods.check_paths(cfg)
   (tmp_path / 'logs' / 'model_b').mkdir()
-  _check(d)
+  methods.check_paths(cfg)
+  with pytest.raises(config_lib.PathError, match='^model_b.path: no such folder'):
+    config_lib.check_paths(cfg)  # every model's folder, without the method's say
 
 
 def test_resolved_config_round_trips_through_json(tmp_path):

@@ -79,9 +79,9 @@ def test_tensor_parallel_size_follows_the_gpus():
   e = error_of("vllm.gpus.model_a=(0, 1)", "jax_devices=(2,)", "vllm.tensor_parallel_size=4")
   assert "vllm.tensor_parallel_size=4" in str(e) and "vllm.gpus.model_a=(0, 1)" in str(e)
   cfg = cfg_of("vllm.gpus.model_a=(0, 1)", "jax_devices=(2,)", "vllm.host=0.0.0.0")
-  assert setup.placement_options(cfg, cfg.model_a.name) == {
+  assert setup.placement_options(cfg, cfg.vllm.gpus.model_a) == {
       "host": "0.0.0.0", "tensor_parallel_size": 2, "env": (("CUDA_VISIBLE_DEVICES", "0,1"),)}
-  assert setup.placement_options(cfg, cfg.model_b.name) == {"host": "0.0.0.0"}
+  assert setup.placement_options(cfg, cfg.vllm.gpus.model_b) == {"host": "0.0.0.0"}
 
 
 @pytest.mark.parametrize("overrides, field", [
@@ -121,7 +121,9 @@ def test_sidecar_binds_where_asked_and_connects_over_loopback(tmp_path):
     (("vllm.gpus.model_a=(1,)", "vllm.gpus.model_b=(1,)", "jax_devices=(1, 2)"), True, 1, "ipc"),
     (("vllm.gpus.model_a=(1,)", "vllm.gpus.model_b=(1,)", "jax_devices=(1, 2)"), True, 2,
      "reload"),  # IPC needs the one process on the server's GPU
-    (("vllm.gpus.model_a=(0,)", "vllm.gpus.model_b=(3,)"), True, 1, "reload"),  # mixed
+    # Each server by its own: IPC on the sender's GPU 0, NCCL on GPU 3.
+    (("vllm.gpus.model_a=(0,)", "vllm.gpus.model_b=(3,)"), True, 1, "nccl"),
+    (("vllm.gpus.model_a=(0,)", "vllm.gpus.model_b=(3,)"), True, 2, "reload"),
     (("vllm.gpus.model_a=(2,)", "vllm.gpus.model_b=(3,)", "jax_devices=(0, 1)",
       "vllm.weight_sync=reload"), True, 1, "reload"),  # asked for
 ])
@@ -206,9 +208,10 @@ def test_gpu_ids_index_into_the_inherited_cuda_visible_devices(monkeypatch):
   # A job given GPUs 4-7 calls them 0-3; its servers must land on 4-7.
   cfg = cfg_of("vllm.gpus.model_a=(0, 1)", "vllm.gpus.model_b=(3,)", "jax_devices=(2,)")
   monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
-  assert setup.placement_options(cfg, cfg.model_a.name)["env"] == (
+  assert setup.placement_options(cfg, cfg.vllm.gpus.model_a)["env"] == (
       ("CUDA_VISIBLE_DEVICES", "4,5"),)
-  assert setup.placement_options(cfg, cfg.model_b.name)["env"] == (("CUDA_VISIBLE_DEVICES", "7"),)
+  assert setup.placement_options(cfg, cfg.vllm.gpus.model_b)["env"] == (
+      ("CUDA_VISIBLE_DEVICES", "7"),)
   uuids = {"CUDA_VISIBLE_DEVICES": "GPU-aa, GPU-bb"}
   assert config_placement.physical_gpus((1,), uuids) == ("GPU-bb",)
   assert config_placement.physical_gpus((1, 2), {}) == ("1", "2")  # unset: the driver's ids
@@ -230,3 +233,29 @@ def test_the_run_stops_on_a_bad_placement_before_any_model_loads(monkeypatch, tm
   assert not (tmp_path / "run").exists()  # stopped before the workdir was touched
   import os
   assert os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.5"  # the launcher set it
+
+
+def test_replicas_split_each_models_gpus_and_each_takes_its_own_sync():
+  four = ("vllm.gpus.model_a=(0, 1, 2, 3)", "vllm.gpus.model_b=(0, 1, 2, 3)",
+          "vllm.data_parallel=4", "vllm.gpu_memory_utilization=0.25")
+  cfg = cfg_of(*four)
+  assert config_placement.replica_gpus(cfg.vllm.gpus.model_a, 4) == [(0,), (1,), (2,), (3,)]
+  assert config_placement.replica_gpus((), 2) == [(), ()]
+  assert config_placement.trainer_fraction(cfg) == pytest.approx(1 - 0.5 - 0.05)
+  sync = lambda gpus, processes=1: config_placement.sync_backend(
+      cfg, on_gpu=True, processes=processes, gpus=gpus)
+  assert [sync(g) for g in ((0,), (1,), (3,))] == ["ipc", "nccl", "nccl"]
+  assert sync((0,), processes=2) == "reload"
+  assert config_placement.sync_backend(cfg, on_gpu=True) == "nccl"
+  assert "vllm.data_parallel=2 servers" in str(error_of("vllm.gpus.model_a=(0, 1, 2)",
+                                                       "vllm.data_parallel=2"))
+  assert error_of(*four, "distributed.coordinator_address=node0:1234",
+                  "distributed.num_processes=2", "distributed.process_id=0"
+                  ).field == "vllm.data_parallel"
+  assert error_of("vllm.data_parallel=0").field == "vllm.data_parallel"
+  # Each server holds all its weights: 4 x 4e9 bf16 parameters of 0.25 x 30 GB do not fit.
+  with pytest.raises(config_lib.ConfigError) as e:
+    config_placement.check_start(cfg, gpus=4, device_bytes=30 * 10**9, footprints=[
+        config_placement.Footprint("toy_a", 4 * 10**9, 0, 2),
+        config_placement.Footprint("toy_b", 10**6, 0, 2)])
+  assert "toy_a's served weights take 7.5 GiB per GPU" in str(e.value)

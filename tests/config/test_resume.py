@@ -9,7 +9,8 @@ import pytest
 from graft_jax.experiments import toy_compare
 from graft_jax.config import run_config as config_lib
 from graft_jax.config import checks as config_checks
-from graft_jax.train.checkpoint import Checkpointer
+from graft_jax.train import methods
+from graft_jax.outputs.checkpoint import Checkpointer
 from tests.train import tiny_pair
 
 
@@ -49,12 +50,38 @@ def test_check_resume_names_the_locked_field_and_both_values():
 @pytest.mark.parametrize("field,value", [
     ("method", "grpo"), ("seed", 1), ("n", 4), ("clip_high", 0.3), ("graft.delta", 0.9),
     ("model_b.path", "elsewhere"), ("data.synthetic.seed", 3), ("reward.kind", "synthetic_exact"),
-    ("hacpo.ratio_clamp", "0.2,5.0"), ("scale_by_std", False), ("rollout.temperature", 0.7)])
+    ("scale_by_std", False), ("rollout.temperature", 0.7)])
 def test_every_math_field_is_locked(field, value):
   old = config_lib.to_dict(_cfg("w"))
   new = config_lib.to_dict(_cfg("w", **{field: value}))
   with pytest.raises(config_lib.ConfigError, match=f"^{field} is "):
-    config_checks.check_resume(old, new, where="w/config.json")
+    config_checks.check_resume(old, new, where="w/config.json",
+                               locked=methods.lookup("graft").resume_locked)
+
+
+def _before_after(preset, **fields):
+  """configs/toy.py:<preset> as stored, and again with dotted ``fields`` changed."""
+  cd = config_lib.load_config(f"configs/toy.py:{preset}")
+  old = config_lib.to_dict(config_lib.from_config_dict(cd))
+  with cd.unlocked():
+    config_lib.apply_overrides(cd, [f"{k}={v}" for k, v in fields.items()])
+  return old, config_lib.to_dict(config_lib.from_config_dict(cd))
+
+
+def test_a_methods_own_section_is_locked_by_that_method():
+  old, new = _before_after("hacpo", **{"hacpo.ratio_clamp": "0.2,5.0"})
+  with pytest.raises(config_lib.ConfigError, match="^hacpo.ratio_clamp is "):
+    config_checks.check_resume(old, new, where="w/config.json",
+                               locked=methods.lookup("hacpo").resume_locked)
+
+
+@pytest.mark.parametrize("preset", ["graft", "grpo"])
+def test_another_methods_section_may_change(preset):
+  """hacpo.* is HACPO's math, not GRAFT's or GRPO's: their resume logs the change."""
+  old, new = _before_after(preset, **{"hacpo.ratio_clamp": "0.2,5.0"})
+  got = config_checks.check_resume(old, new, where="w/config.json",
+                                   locked=methods.lookup(preset).resume_locked)
+  assert [field for field, _, _ in got] == ["hacpo.ratio_clamp"]
 
 
 def test_a_checkpoint_layout_field_is_refused_with_its_own_reason():

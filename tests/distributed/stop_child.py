@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 from graft_jax import distributed
-from graft_jax.train import preemption
+from graft_jax import preemption
 from graft_jax.config.run_config import DistributedConfig
 
 STEPS = 50

@@ -1,5 +1,5 @@
 """A stop signal that reaches one process of a ``jax.distributed`` run stops every process
-after the same step (the preemption sync point of ``graft_jax.train.preemption``)."""
+after the same step (the preemption sync point of ``graft_jax.preemption``)."""
 
 import json
 

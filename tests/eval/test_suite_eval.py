@@ -144,3 +144,17 @@ def test_one_log_line_per_benchmark_unless_asked_not_to(setup, caplog):
   with caplog.at_level(logging.INFO):
     evaluate(engine, CharTokenizer(), suite, k=4, log_each=False)
   assert not [r for r in caplog.records if "pass@1" in r.getMessage()]
+
+
+def test_whole_suite_in_one_engine_call(setup):
+  """batch_size=0: one call over every benchmark's problems, scored as per benchmark."""
+  suite, engine = setup
+  sampling = SamplingParams(max_new_tokens=16, temperature=0.6, top_p=0.95, seed=5)
+  report = evaluate(engine, CharTokenizer(), suite, k=4, sampling=sampling, batch_size=0,
+                    ks=(1, 2, 4))
+  assert [(p, n, s.seed) for p, n, s in engine.calls] == [(4, 4, 5)]
+  alpha, beta = report.results
+  assert alpha.num_correct == {"ALPHA-0": 3, "ALPHA-1": 4, "ALPHA-2": 0}
+  assert beta.num_correct == {"BETA-0": 1}
+  assert beta.pass_at[2] == pytest.approx(0.5)
+  assert alpha.truncated_frac == pytest.approx(1 / 12) and beta.truncated_frac == 0

@@ -27,7 +27,7 @@ import time
 
 from graft_jax import cli
 from graft_jax.experiments import job_signals
-from graft_jax.train import preemption
+from graft_jax import preemption
 
 LABELS = ("a", "b", "c")
 SYS_EXIT = {"x86_64": 60, "aarch64": 93}  # exit(2): the calling thread alone

@@ -9,7 +9,7 @@ import pytest
 from graft_jax import toy
 from graft_jax.config.checks import ConfigError
 from graft_jax.experiments import toy_compare
-from graft_jax.train import checkpoint
+from graft_jax.outputs import checkpoint
 
 
 def _cfg(tmp_path, **fields):

@@ -12,7 +12,7 @@ from graft_jax.config import load as config_load
 from graft_jax.data import DataError
 from graft_jax.models import hf_io
 from graft_jax.outputs import peer_log
-from graft_jax.train import checkpoint
+from graft_jax.outputs import checkpoint
 from graft_jax.config import checks as config_checks
 from graft_jax.outputs import progress
 from tests.launch.conftest import REPO

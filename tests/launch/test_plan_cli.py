@@ -32,6 +32,10 @@ def test_plan_prints_fit_phases_step_and_gpu_hours():
   hours = re.findall(r"^  run: (\d+) GPU-hours without validation, (\d+) with", out, re.M)
   assert len(hours) == 2 and all(int(a) <= int(b) for a, b in hours), out
   assert "step @" not in out  # the live-context estimate is gone
+  # vLLM's two placements side by side: replicas on every GPU against a GPU per model.
+  ratio = re.search(r"^  sampling per step ([\d.]+) s vs ([\d.]+) s \(([\d.]+)x\)", out, re.M)
+  assert ratio, out
+  assert float(ratio[3]) < 1 and abs(float(ratio[3]) - float(ratio[1]) / float(ratio[2])) < 0.02
 
 
 def test_plan_prints_the_vllm_placement_per_gpu_and_the_sync_seconds():
@@ -40,11 +44,14 @@ def test_plan_prints_the_vllm_placement_per_gpu_and_the_sync_seconds():
   proc = subprocess.run(
       [sys.executable, "launch/plan.py", "--config=configs/pair_smollm3_qwen3.py:graft,vllm",
        "--devices=4", "--device-memory-gb=141", "--processes=2",
-       "--config.max_prompt_len=256", "--config.max_response_len=256", "--train-prompts=1024"],
+       "--config.max_prompt_len=256", "--config.max_response_len=256", "--train-prompts=1024",
+       # One server per model on a GPU of its own: replicas need a single trainer process.
+       "--config.vllm.data_parallel=1", "--config.vllm.gpus.model_a=(2,)",
+       "--config.vllm.gpus.model_b=(3,)", "--config.vllm.gpu_memory_utilization=0.45"],
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
   out = proc.stdout
   assert proc.returncode == 0, out[-2000:] + proc.stderr[-2000:]
-  # The pair's 4-GPU placement: the trainer on every GPU at 0.5, a server on GPUs 2 and 3.
+  # The trainer on every GPU at 0.5, a server on GPUs 2 and 3.
   assert "placement on 4 GPUs of 131.32 GiB (weight sync: nccl;" in out, out
   for gpu in (0, 1):
     assert re.search(rf"^GPU {gpu}: trainer 0.50 = 65.66 GiB \(needs [\d.]+ GiB\); total 0.50$",

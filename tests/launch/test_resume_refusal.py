@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 from graft_jax.config import run_config as config_lib
-from graft_jax.train.checkpoint import Checkpointer
+from graft_jax.outputs.checkpoint import Checkpointer
 from tests.launch.conftest import REPO
 
 

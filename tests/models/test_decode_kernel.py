@@ -220,15 +220,21 @@ def test_bf16_auto_keeps_xla_and_kernel_says_why():
     model.set_decode_attention("fast")
 
 
-@needs_kernel
-def test_sampler_with_the_kernel_samples_what_xla_does():
+def assert_samples_as_xla(impl):
+  """The JAX sampler with decode attention ``impl`` draws XLA's tokens (log-probs to
+  rounding) on a random model."""
   prompts = [[5, 6, 7, 8, 9], [10, 11], list(range(3, 30))]
   out = {}
-  for impl in ("kernel", "xla"):
+  for name in (impl, "xla"):
     model = init_model(CFG, rngs=nnx.Rngs(3))
-    model.set_decode_attention(impl)
+    model.set_decode_attention(name)
     engine = JaxSamplerEngine(model, eos_ids=[-1], pad_id=0)
-    out[impl] = engine.generate(prompts, 2, SamplingParams(max_new_tokens=20, temperature=1.0,
+    out[name] = engine.generate(prompts, 2, SamplingParams(max_new_tokens=20, temperature=1.0,
                                                            seed=4))
-  np.testing.assert_array_equal(out["kernel"].tokens_BxL, out["xla"].tokens_BxL)
-  np.testing.assert_allclose(out["kernel"].logp_BxL, out["xla"].logp_BxL, rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(out[impl].tokens_BxL, out["xla"].tokens_BxL)
+  np.testing.assert_allclose(out[impl].logp_BxL, out["xla"].logp_BxL, rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
+def test_sampler_with_the_kernel_samples_what_xla_does():
+  assert_samples_as_xla("kernel")

@@ -16,7 +16,7 @@ import pytest
 
 from graft_jax.rollout.vllm_sidecar import SidecarDown
 from graft_jax.rollout.weight_transfer import SyncAborted, deadline, nccl
-from graft_jax.train import preemption
+from graft_jax import preemption
 
 LIMIT_S = 0.5
 

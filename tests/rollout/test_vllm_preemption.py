@@ -19,7 +19,8 @@ from graft_jax.outputs.metrics_writer import read_jsonl
 from graft_jax.rollout.vllm_engine import VLLMEngine
 from graft_jax.rollout.vllm_sidecar import group_members
 from graft_jax.outputs import peer_log
-from graft_jax.train import checkpoint, preemption
+from graft_jax import preemption
+from graft_jax.outputs import checkpoint
 from graft_jax.train.setup import attach_engines
 from graft_jax.train.trainer import Trainer
 from tests.rollout.test_vllm_train import _cfg

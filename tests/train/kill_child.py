@@ -12,7 +12,7 @@ reaches the disk, then the process dies. ``full:`` instead sets the file size
 limit to 0 there (``ulimit -f 0``): every later write that grows a file fails
 with EFBIG inside whichever writer makes it, Python's or tensorstore's, as a
 full disk would. ``term:`` sends SIGTERM instead of SIGKILL, which the
-trainer answers by saving and stopping (``graft_jax.train.preemption``); two
+trainer answers by saving and stopping (``graft_jax.preemption``); two
 ``term:`` points in one attempt are a second signal. The run is the toy smoke
 setting of ``tests/train/tiny_pair`` (two tiny heterogeneous models,
 checkpoints every step, validation every 2 steps, one training prompt over
@@ -36,7 +36,8 @@ import numpy as np
 from graft_jax import cli
 from graft_jax.outputs import metrics_writer as metrics
 from graft_jax.outputs import workdir_lock
-from graft_jax.train import checkpoint, policy, step as step_lib, trainer as trainer_lib
+from graft_jax.outputs import checkpoint
+from graft_jax.train import policy, step as step_lib, trainer as trainer_lib
 from graft_jax.train.validation import Validator
 from tests.train import tiny_pair
 from tests.train.test_trainer_methods import make_cfg

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 from graft_jax.data import DataError
-from graft_jax.train import checkpoint, run_inputs
+from graft_jax.outputs import checkpoint
+from graft_jax.train import run_inputs
 from graft_jax.outputs import metrics_file
 from graft_jax.outputs import storage
 from graft_jax.outputs.metrics_writer import MetricsWriter, read_jsonl

@@ -49,7 +49,7 @@ def placeholder_rows(seed=0):
     resp = [] if i == 7 else rng.integers(3, 200, rng.integers(1, 12)).tolist()
     rows.add(rng.integers(3, 200, rng.integers(2, 9)).tolist(), resp, i // 4, adv=a,
              weight=0.0 if i == 9 else 1.0, kind=KIND_SGT if i == 11 else 0,
-             old_logp=rng.normal(-5, 1, len(resp)), needs_old_logp=True)
+             old_logp=rng.normal(-5, 1, len(resp)), old_logp_pending=True)
   for i in range(2):
     resp = rng.integers(3, 200, 5).tolist()
     rows.add([5, 6, 7], resp, 3, adv=1.0, grafted=True, is_self=False,
@@ -85,10 +85,10 @@ def test_scored_rows_equal_a_pass_over_every_row(policy):
     if i in scored:
       np.testing.assert_allclose(rows.old_logp[i], want[i], rtol=1e-6, atol=1e-6)
       np.testing.assert_allclose(rows.src_mean_logp[i], np.mean(want[i]), rtol=1e-6)
-      assert not rows.needs_old_logp[i]
+      assert not rows.old_logp_pending[i]
     else:  # silent placeholders and the grafted rows are untouched
       np.testing.assert_array_equal(rows.old_logp[i], before[i])
-      assert rows.needs_old_logp[i] == (i < 12)
+      assert rows.old_logp_pending[i] == (i < 12)
   gap = np.concatenate([np.abs(before[i] - want[i]) for i in scored])
   np.testing.assert_allclose(out["logp_mismatch_sum"], gap.sum(), rtol=1e-5)
   np.testing.assert_allclose(out["logp_mismatch_max"], gap.max(), rtol=1e-5)
@@ -122,10 +122,11 @@ def test_no_placeholder_reaches_a_row_that_runs(monkeypatch):
                                        jax.random.key(0))
   scored = 0
   for name, (rows, order, want) in seen.items():
-    assert rolls[name].needs_old_logp
+    assert rolls[name].old_logp_pending_B.all()
     assert len(rows_to_score(rows, make_method(cfg), order[0], cfg)) == 0  # none left
     for i in range(len(rows)):
-      if rows.is_self[i] and not rows.needs_old_logp[i] and rows.keep[i]:
+      own = rows.is_self[i] and not rows.grafted[i]  # grafted rows: scored as they are built
+      if own and not rows.old_logp_pending[i] and rows.keep[i]:
         np.testing.assert_allclose(rows.old_logp[i], want[i], rtol=1e-5, atol=1e-5)
         scored += 1
   assert scored == sum(metrics[n]["old_logp_rows_scored"] for n in seen) > 0

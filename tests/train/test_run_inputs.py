@@ -28,7 +28,6 @@ def no_models(monkeypatch):
   def fail(*args, **kwargs):
     raise AssertionError("a model was loaded before the inputs were checked")
   monkeypatch.setattr(setup, "load_models", fail)
-  monkeypatch.setattr(setup, "ensure_toy_pair_if_named", fail)
 
 
 def test_an_empty_training_file_is_named_before_any_model_loads(tmp_path, no_models):

@@ -11,7 +11,7 @@ import pytest
 
 from graft_jax.train import methods, update
 from graft_jax.train.step import minibatches, run_updates as run_order
-from graft_jax.train.step_metrics import one_update
+from graft_jax.outputs.step_metrics import one_update
 from graft_jax.train.update_rows import Rows
 from tests.train.methods import helpers
 

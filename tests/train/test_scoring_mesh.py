@@ -31,9 +31,10 @@ def test_the_compiled_scorer_splits_rows_over_the_devices(report):
 
 
 def test_chunks_hold_the_per_device_budget_on_every_device(report):
-  # 11 rows of up to 48 tokens bucket to 64; a 128-token budget fits 2 rows per
-  # device, so a chunk is 2 x 4 = 8 rows: two calls.
-  assert report["calls"] == [[8, 64], [8, 64]]
+  # 11 rows of 238 tokens, the longest 35, pack into rows of 48 tokens; a 128-token
+  # budget fits 2 of them per device, so a call is 2 x 4 = 8 rows of 384 tokens in
+  # all: one call.
+  assert report["calls"] == [[8, 48]]
 
 
 def test_sharded_scoring_equals_one_device(report):

@@ -20,7 +20,8 @@ import pytest
 
 from graft_jax.outputs.metrics_writer import read_jsonl
 from graft_jax.rollout.weight_transfer import SyncAborted, deadline
-from graft_jax.train import checkpoint, preemption
+from graft_jax import preemption
+from graft_jax.outputs import checkpoint
 from graft_jax.train.trainer import Trainer
 from tests.rollout.test_sync_deadline import NeverReturns
 from tests.train import tiny_pair

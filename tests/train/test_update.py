@@ -57,7 +57,7 @@ def policy_for(graphdef, tx):
                                opt_sharding=None, compiled={})
 
 
-def packed(loss, rows, budget, *, skip_silent=False, from_update=False, policy=None):
+def packed(loss, rows, budget, *, skip_silent=False, fresh_B=None, policy=None):
   """(the packed update's gradient, its combined metrics) on all of ``rows``."""
   graphdef, params = nnx.split(init_model(CFG, rngs=nnx.Rngs(1)))
   tx = GradientInState()
@@ -65,8 +65,8 @@ def packed(loss, rows, budget, *, skip_silent=False, from_update=False, policy=N
   batch = typed_batch(loss.Batch, rows, range(len(rows)), 0, multiple=WIDTH)
   _, grads, parts = update.update(policy, params, tx.init(params), batch, loss, np.int32(1),
                                   micro_batch_tokens=budget, width=WIDTH,
-                                  skip_silent=skip_silent, from_update=from_update)
-  from graft_jax.train.step_metrics import one_update
+                                  skip_silent=skip_silent, fresh_B=fresh_B)
+  from graft_jax.outputs.step_metrics import one_update
   return grads, one_update(jax.device_get(parts))
 
 
@@ -76,9 +76,10 @@ def unsplit(loss, rows, old_logp=None):
   batch = typed_batch(loss.Batch, rows, range(len(rows)), 0, multiple=WIDTH)
   if old_logp is not None:
     batch = batch.replace(old_logp=old_logp)
-  totals = dict(loss.totals(batch), from_update=np.float32(0))
+  totals, fresh_B = loss.totals(batch), np.zeros(len(rows), np.float32)
   (value, _), grads = jax.jit(jax.value_and_grad(
-      lambda p: update.loss_and_metrics(p, batch, totals, 1, graphdef=graphdef, loss=loss),
+      lambda p: update.loss_and_metrics(p, (batch, fresh_B), totals, 1, graphdef=graphdef,
+                                        loss=loss),
       has_aux=True))(params)
   logp = token_logprobs(nnx.merge(graphdef, params), batch.ids, batch.attn,
                         temperature=loss.temperature)
@@ -153,16 +154,19 @@ def test_with_every_row_silent_only_the_optimizer_step_runs():
 
 
 def test_old_logprobs_from_the_update_equal_the_teacher_forced_ones():
-  """With ``from_update`` the rows' old log-probs (here noise standing in for the
-  sampler's) are replaced by the stop-gradient of the update's own forward: the same
-  gradient as with the teacher-forced ones, and the gap to the noise measured."""
+  """The ``fresh_B`` rows' old log-probs (here noise standing in for the sampler's) are
+  replaced by the stop-gradient of the update's own forward: the same gradient as
+  with the teacher-forced ones, the other rows' kept, and the gap to the noise
+  measured over the fresh rows."""
   loss = ClippedTokenLoss()
   rows = graft_rows(np.random.default_rng(0))
   _, _, logp, batch = unsplit(loss, rows)
-  _, want, _, _ = unsplit(loss, rows, old_logp=logp * np.asarray(batch.resp_mask))
-  got, m = packed(loss, rows, 96, from_update=True)  # old_logp: uniform(3, 5) noise
+  own_B = 1 - np.asarray(batch.grafted)
+  teacher_forced = np.where(own_B[:, None] > 0, logp, np.asarray(batch.old_logp))
+  _, want, _, _ = unsplit(loss, rows, old_logp=teacher_forced * np.asarray(batch.resp_mask))
+  got, m = packed(loss, rows, 96, fresh_B=own_B)  # old_logp: uniform(3, 5) noise
   assert_same_gradient(got, want)
-  own = np.asarray(batch.resp_mask) * (1 - np.asarray(batch.grafted))[:, None]
+  own = np.asarray(batch.resp_mask) * own_B[:, None]
   gap = np.abs(logp - np.asarray(batch.old_logp)) * own
   np.testing.assert_allclose(m["logp_mismatch_sum"], gap.sum(), rtol=1e-5)
   np.testing.assert_allclose(m["logp_mismatch_max"], gap.max(), rtol=1e-6)

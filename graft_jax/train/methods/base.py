@@ -19,6 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from graft_jax import core
+from graft_jax.config.checks import policy_configs
+from graft_jax.config.errors import ConfigError
+from graft_jax.outputs import metric_kinds as kinds
 from graft_jax.train.peer_rows import ExchangeStats, own_rows
 from graft_jax.train.update_rows import Rows
 
@@ -51,17 +54,9 @@ def whole_minibatch_mean(mean, count, total):
 
 def sequence_counts(attn_BxT) -> dict:
   """The micro-batch's row lengths L_b (prompt and response) as the sum and the sum of
-  squares: what the update's forward and backward ran over (`graft_jax.train.cost`)."""
+  squares: what the update's forward and backward ran over (`graft_jax.outputs.step_cost`)."""
   len_B = attn_BxT.astype(jnp.float32).sum(axis=1)
-  return {"seq_tokens": len_B.sum(), "seq_tokens_sq_sum": (len_B * len_B).sum()}
-
-
-def sampler_gap(old_logp_BxT, sampler_logp_BxT, own_BxT) -> dict:
-  """|old-policy - sampler| log-prob over the ``own_BxT`` tokens: the sum and count a
-  mean is pooled from over micro-batches and minibatches, and the max."""
-  gap_BxT = jnp.abs(old_logp_BxT - sampler_logp_BxT) * own_BxT
-  return {"logp_mismatch_sum": gap_BxT.sum(), "logp_mismatch_tokens": own_BxT.sum(),
-          "logp_mismatch_max": gap_BxT.max()}
+  return kinds.metrics(kinds.SUM, seq_tokens=len_B.sum(), seq_tokens_sq_sum=(len_B * len_B).sum())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,32 +75,32 @@ class ClippedTokenLoss:
 
   def __call__(self, logp_BxT, batch: PpoBatch, totals: dict, update_index):
     """(loss, metrics) of one micro-batch; every sum is divided by the whole minibatch's
-    counts in ``totals``, so micro-batches add up. Where ``totals['from_update']`` is 1
-    the old log-probs are the stop-gradient of this forward (the parameters are still
-    the behavior policy's), and ``batch.old_logp`` holds the sampler's: their gap is
-    measured over the own tokens."""
+    counts in ``totals``, so micro-batches add up. ``batch.old_logp`` is pi_old on
+    every row (the update fills the rows whose pi_old is its own forward)."""
     del update_index
     mask_BxT, graft_B = batch.resp_mask, batch.grafted
     ppo_mask = mask_BxT * batch.ppo[:, None]
-    current = totals["from_update"]
-    old_BxT = jnp.where(current > 0, jax.lax.stop_gradient(logp_BxT), batch.old_logp)
-    gap = sampler_gap(old_BxT, batch.old_logp, mask_BxT * (1 - graft_B)[:, None] * current)
     loss, aux = core.clipped_token_loss(
-        logp_BxT, old_BxT, batch.adv, batch.weight, ppo_mask, clip_low=self.clip_low,
+        logp_BxT, batch.old_logp, batch.adv, batch.weight, ppo_mask, clip_low=self.clip_low,
         clip_high=self.clip_high, ratio_level=self.ratio_level, num_tokens=totals["num_tokens"])
     tokens_B = ppo_mask.sum(axis=1)
     clipped_B = aux["clip_low_count_B"] + aux["clip_high_count_B"]
     metrics = {
-        "pg_loss": loss, "approx_kl": aux["approx_kl"], "ratio_mean": aux["ratio_mean"],
-        "clip_frac_low": aux["clip_frac_low"], "clip_frac_high": aux["clip_frac_high"],
-        "own_tokens": (tokens_B * (1 - graft_B)).sum(), "graft_tokens": (tokens_B * graft_B).sum(),
-        "own_clipped": (clipped_B * (1 - graft_B)).sum(),
-        "graft_clipped": (clipped_B * graft_B).sum(), **gap, **sequence_counts(batch.attn),
+        **kinds.metrics(kinds.MEAN, pg_loss=loss),
+        **kinds.metrics(kinds.FRACTION, **{k: aux[k] for k in (
+            "approx_kl", "ratio_mean", "clip_frac_low", "clip_frac_high")}),
+        # Pooled into the step's clip fractions of own and grafted tokens.
+        **kinds.metrics(kinds.POOLED, own_tokens=(tokens_B * (1 - graft_B)).sum(),
+                        graft_tokens=(tokens_B * graft_B).sum(),
+                        own_clipped=(clipped_B * (1 - graft_B)).sum(),
+                        graft_clipped=(clipped_B * graft_B).sum()),
+        **sequence_counts(batch.attn),
     }
     if self.sgt_coef:
       nll, count = core.sgt_nll(logp_BxT, mask_BxT, batch.sgt, coef=self.sgt_coef)
       nll = whole_minibatch_mean(nll, count, totals["num_sgt_tokens"])
-      metrics.update(sgt_loss=nll, sgt_tokens=count)
+      metrics.update(kinds.metrics(kinds.MEAN, sgt_loss=nll))
+      metrics.update(kinds.metrics(kinds.POOLED, sgt_tokens=count))
       loss = loss + nll
     return loss, metrics
 
@@ -137,8 +132,8 @@ class Method:
   """Defaults: every policy trains against every other one of the run's models (none
   alone), with the clipped token loss, ``cfg.num_minibatches`` minibatches, grafted
   groups last, and no state. A method overrides what differs; ``build_rows`` it must
-  define. A method defined for a pair only sets ``pair_only`` (the config refuses it
-  with more than two models).
+  define. A method's own settings are its config section: ``check`` and ``paths`` check
+  them, ``resume_locked`` names them.
 
   Args:
     cfg: a validated ``TrainConfig``.
@@ -149,9 +144,32 @@ class Method:
   keeps_reference: ClassVar[bool] = False
   # Defined for exactly two models (one peer per receiver).
   pair_only: ClassVar[bool] = False
+  # Its choices count successes (k of n per prompt): rewards must be 0/1, or
+  # reward.success_threshold says which count (`collect.check_successes`).
+  counts_successes: ClassVar[bool] = True
+  # The config sections (dotted prefixes) of this method's settings: a resumed run may not
+  # change them (`config.checks.check_resume`), as it may not change the shared ones.
+  resume_locked: ClassVar[tuple[str, ...]] = ()
+  # Which peer rows a receiver scores (a forward pass) before its update, for the planner:
+  # "picked" (the grafted ones), "all" (every peer row) or None.
+  peer_scoring: ClassVar[str | None] = None
 
   def __init__(self, cfg):
     self.cfg = cfg
+
+  @classmethod
+  def check(cls, cfg) -> None:
+    """Raises `ConfigError` naming the field on a setting this method cannot run with;
+    runs right after the config's own checks, before anything loads."""
+    k = len(policy_configs(cfg))
+    if k > 2 and cls.pair_only:
+      raise ConfigError(f"models has {k} entries but method={cls.name} is defined for a pair "
+                        f"of models; list 2 models or use method=graft or grpo", field="models")
+
+  @classmethod
+  def paths(cls, cfg) -> None:
+    """Launch-time check of the files and folders this method reads beyond the run's own
+    (`config.checks.check_paths`); raises `PathError` naming the field."""
 
   def start(self, names: list[str], reward_fn) -> None:
     """Sets up what a whole run needs (all model names, trained or not; the reward)."""
@@ -176,8 +194,9 @@ class Method:
 
   @property
   def loss_fn(self):
-    """The loss (a hashable callable: ``loss_fn(logp_BxT, batch, totals, update_index)``)
-    with its ``Batch`` type, ``has_signal``, ``totals`` and ``units``."""
+    """The loss (a hashable callable: ``loss_fn(logp_BxT, batch, totals, update_index)``
+    -> (loss, ``{name: metric_kinds.Metric}``), each metric with its reducer) with its
+    ``Batch`` type, ``has_signal``, ``totals`` and ``units``."""
     cfg = self.cfg
     return ClippedTokenLoss(clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                             temperature=cfg.rollout.temperature)

@@ -41,7 +41,7 @@ def _source_columns(recv_roll, src_roll, cfg):
     src_adv = np.asarray(src_adv)
   else:
     src_adv = src_roll.adv_GxN
-  return src_adv, np.asarray(core.transfer_mask(src_roll.rewards_GxN, transfer=gc.transfer))
+  return src_adv, np.asarray(core.transfer_mask(src_roll.successes_GxN, transfer=gc.transfer))
 
 
 def _gate_stats(base, idx, ids, recv_lbar, gen_lbar, keep, groups: int):
@@ -139,6 +139,8 @@ def graft_selected(rolls: dict, peers: dict, cfg) -> dict:
 
 class Graft(Method):
   name = "graft"
+  resume_locked = ("graft",)
+  peer_scoring = "picked"
 
   def receives(self, rolls: dict, peers: dict) -> dict:
     """Each receiver's source per prompt (a peer name or None): the K-model rule."""

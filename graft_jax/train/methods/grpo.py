@@ -8,6 +8,7 @@ from graft_jax.train.methods.base import Method, per_receiver
 
 class Grpo(Method):
   name = "grpo"
+  counts_successes = False  # its peer statistics only report
 
   def build_rows(self, policies, rolls, peers, key):
     return per_receiver(rolls, peers, lambda i, name, srcs: (own_rows(rolls[name]),

@@ -31,6 +31,8 @@ import numpy as np
 from flax import nnx
 
 from graft_jax import core
+from graft_jax.config.errors import ConfigError
+from graft_jax.outputs import metric_kinds as kinds
 from graft_jax.train.capability import CapabilityTracker
 from graft_jax.train.methods.base import (ClippedTokenLoss, Method, PpoBatch, only_peer,
                                           per_receiver, sequence_counts, whole_minibatch_mean)
@@ -77,8 +79,13 @@ class HacpoLoss:
         cross_clip_step=self.cross_step)
     kl = core.low_var_kl(logp_BxT, batch.ref_logp, mask_BxT)
     loss, kl = (whole_minibatch_mean(x, aux["row_count"], totals["num_rows"]) for x in (loss, kl))
-    return loss + self.kl_coef * kl, {"pg_loss": loss, "kl_ref": kl, **aux,
-                                      **sequence_counts(batch.attn)}
+    fractions = ("self_clip_frac", "cross_clip_lower_frac", "cross_clip_upper_frac",
+                 "seq_ratio_mean")
+    return loss + self.kl_coef * kl, {
+        **kinds.metrics(kinds.MEAN, pg_loss=loss, kl_ref=kl, row_count=aux["row_count"]),
+        **kinds.metrics(kinds.POOLED, objective_sum=aux["objective_sum"]),
+        **kinds.metrics(kinds.FRACTION, **{k: aux[k] for k in fractions}),
+        **sequence_counts(batch.attn)}
 
   def has_signal(self, batch: HacpoBatch) -> np.ndarray:
     """Every row: the KL to the reference moves whatever the advantage."""
@@ -145,8 +152,9 @@ class HacpoOnSelectedLoss:
     h_loss, h_aux = self.hacpo(logp_BxT, hacpo, totals, update_index)
     g_loss, g_aux = self.grpo(logp_BxT, grpo, totals, update_index)
     shared = ("pg_loss", "seq_tokens", "seq_tokens_sq_sum")  # the sequences: counted once
+    pg_loss = h_aux["pg_loss"].value + g_aux["pg_loss"].value
     return h_loss + g_loss, {**{k: v for k, v in h_aux.items() if k not in shared}, **g_aux,
-                             "pg_loss": h_aux["pg_loss"] + g_aux["pg_loss"]}
+                             **kinds.metrics(kinds.MEAN, pg_loss=pg_loss)}
 
   def has_signal(self, batch: HacpoGrpoBatch) -> np.ndarray:
     hacpo, grpo = self.split(batch)
@@ -213,6 +221,17 @@ class Hacpo(Method):
   name = "hacpo"
   keeps_reference = True
   pair_only = True
+  resume_locked = ("hacpo", "graft")  # graft.*: hacpo.prompts='graft_selected'
+  peer_scoring = "all"
+
+  @classmethod
+  def check(cls, cfg):
+    super().check(cfg)
+    h = cfg.hacpo
+    if cfg.prompts_per_step % h.minibatch_prompts:
+      raise ConfigError(f"hacpo.minibatch_prompts ({h.minibatch_prompts}) must divide "
+                        f"prompts_per_step ({cfg.prompts_per_step})",
+                        field="hacpo.minibatch_prompts")
 
   def __init__(self, cfg):
     super().__init__(cfg)
@@ -230,7 +249,7 @@ class Hacpo(Method):
       score_rollout(policies[name], roll, self.cfg)
     if self.capability is None:
       self.start(list(rolls), None)
-    self.capability.update({name: roll.rewards_GxN for name, roll in rolls.items()})
+    self.capability.update({name: roll.successes_GxN for name, roll in rolls.items()})
     selected = (graft_selected(rolls, peers, self.cfg)
                 if self.cfg.hacpo.prompts == "graft_selected" else {})
     return per_receiver(rolls, peers, lambda i, name, srcs: hacpo_rows(

@@ -6,9 +6,14 @@ and every candidate is taken (no balancing: there is no reverse direction).
 
 from __future__ import annotations
 
+import os
+import pathlib
+
 import numpy as np
 
 from graft_jax import core
+from graft_jax.config.checks import policy_fields
+from graft_jax.config.errors import ConfigError, PathError
 from graft_jax.outputs import peer_log
 from graft_jax.train.methods.graft import Graft
 from graft_jax.train.replay_source import ReplaySource
@@ -17,6 +22,25 @@ from graft_jax.train.replay_source import ReplaySource
 class Replay(Graft):
   name = "replay"
   pair_only = True
+  resume_locked = ("graft", "replay")
+
+  @classmethod
+  def check(cls, cfg):
+    super().check(cfg)
+    if not cfg.replay.log_dir:
+      raise ConfigError("method=replay needs replay.log_dir", field="replay.log_dir")
+
+  @classmethod
+  def paths(cls, cfg):
+    """The peer is its logs: ``<replay.log_dir>/<peer name>`` must be there."""
+    log_dir = cfg.replay.log_dir
+    if not os.path.exists(log_dir):
+      raise PathError("replay.log_dir", f"no such file or folder {log_dir!r}")
+    field, peer = policy_fields(cfg)[1]
+    logs = pathlib.Path(log_dir, peer.name)
+    if not logs.is_dir():
+      raise PathError("replay.log_dir", f"no peer logs of {field}.name {peer.name!r} "
+                      f"(no folder {str(logs)!r})")
 
   def __init__(self, cfg):
     super().__init__(cfg)

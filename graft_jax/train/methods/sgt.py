@@ -31,7 +31,7 @@ def sgt_rows(recv_policy, recv_roll, src_roll, key, selected_G=None):
   ``(Rows, ExchangeStats)``."""
   g, n = recv_roll.rewards_GxN.shape
   pick_G, active_G = (np.asarray(x) for x in
-                      core.sgt_select(recv_roll.k_G, src_roll.rewards_GxN, key))
+                      core.sgt_select(recv_roll.k_G, src_roll.successes_GxN, key))
   if selected_G is not None:
     active_G = active_G & np.asarray(selected_G, bool)
   picked = [q * n + int(pick_G[q]) for q in range(g) if active_G[q]]
@@ -50,6 +50,7 @@ def sgt_rows(recv_policy, recv_roll, src_roll, key, selected_G=None):
 class Sgt(Method):
   name = "sgt"
   pair_only = True
+  resume_locked = ("sgt", "graft")  # graft.*: sgt.prompts='graft_selected'
 
   def build_rows(self, policies, rolls, peers, key):
     selected = (graft_selected(rolls, peers, self.cfg)

@@ -38,7 +38,7 @@ def test_each_term_over_its_own_rows():
   b = batch()
   totals = {k: jnp.float32(v) for k, v in loss.totals(b).items()}
   assert (float(totals["num_tokens"]), float(totals["num_rows"])) == (4.0, 2.0)
-  value, metrics = loss(jnp.asarray(LOGP), b, {**totals, "from_update": jnp.float32(0)}, 0)
+  value, metrics = loss(jnp.asarray(LOGP), b, totals, 0)
   grpo = reference.token_loss(LOGP[:2], OLD[:2], ADV[:2], np.ones(2), np.ones((2, 2)))
   # Row 2: s = e^{0.1}, clipped to 1 + 4e-4 (A > 0); row 3: s = e^{-0.5} -> 0.8, 0.8 * 0.8 * c A.
   hacpo = -((1 + 4e-4) * 1.0 + 0.8 * 0.8 * 0.5 * 2.0) / 2

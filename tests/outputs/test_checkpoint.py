@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from graft_jax.train import checkpoint
+from graft_jax.outputs import checkpoint
 
 
 def _state(scale=1.0):

@@ -5,7 +5,7 @@ test_update.py: the packed update equals the unsplit one)."""
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from graft_jax.train import length_packing
+from graft_jax.packing import length_packing
 from graft_jax.train.methods.base import ClippedTokenLoss, PpoBatch
 from graft_jax.train.methods.hacpo import HacpoLoss
 

@@ -26,12 +26,13 @@ import numpy as np
 import pytest
 
 from graft_jax import cli
-from graft_jax.train import checkpoint, preemption
+from graft_jax import preemption
+from graft_jax.outputs import checkpoint
 from graft_jax.outputs import workdir_lock
 from graft_jax.outputs.metrics_writer import read_jsonl
 from tests.train import test_kill_points as kill_points
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 STEPS = kill_points.STEPS  # 3
 
 
@@ -199,7 +200,7 @@ def test_a_second_signal_ends_the_process_at_once_even_inside_native_code():
   # (SA_RESTART), as a long XLA call would keep it: Python-level handlers never run there,
   # yet the counter thread ends the process at the second signal.
   script = ("import os, signal\n"
-            "from graft_jax.train import preemption\n"
+            "from graft_jax import preemption\n"
             "with preemption.StopSignals():\n"
             "  for s in preemption.STOP_SIGNALS:\n"
             "    signal.siginterrupt(s, False)\n"

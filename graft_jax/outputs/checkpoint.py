@@ -33,12 +33,12 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
 from graft_jax import distributed
+# Orbax writes COMMIT_MARKER into a step folder as the last act of a save (before
+# the atomic rename on POSIX, in place on object stores); a folder without it
+# is an interrupted save. The config's resume check reads it too, hence its home.
+from graft_jax.config.run_config import COMMIT_MARKER
 from graft_jax.outputs import storage
 
-# Orbax writes this file into a step folder as the last act of a save (before
-# the atomic rename on POSIX, in place on object stores); a folder without it
-# is an interrupted save.
-COMMIT_MARKER = 'commit_success.txt'
 # Orbax writes a step into '<step>.orbax-checkpoint-tmp[-<time>]' and renames it on commit.
 TMP_MARKER = '.orbax-checkpoint-tmp'
 

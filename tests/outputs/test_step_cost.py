@@ -9,7 +9,7 @@ from flax import nnx
 
 from graft_jax.models import ModelConfig, init_model, token_logprobs
 from graft_jax.outputs import cost_totals
-from graft_jax.train import cost
+from graft_jax.outputs import step_cost as cost
 from tests.train import test_trainer_methods as runs
 from tests.train import tiny_pair
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import jax
 
 from graft_jax.config import placement
-from graft_jax.plan.costs import attn_width, matmul_params
+from graft_jax.models.size import attn_width, matmul_params
 
 PHASES = ("sample", "score", "update")
 
@@ -38,7 +38,7 @@ def update_flops(mc, tokens: float, tokens_sq: float) -> float:
   .. math::
       F = 3 \left( 2 P\, \sum_b L_b + 4\, n_{layers} n_{heads} d_{head} \sum_b L_b^2 \right)
 
-  :math:`P` is `graft_jax.plan.costs.matmul_params`; :math:`2P` per token is the
+  :math:`P` is `graft_jax.models.size.matmul_params`; :math:`2P` per token is the
   forward's matrix products, :math:`2 \cdot 2\, n_{heads} d_{head} L_b` per token and layer the
   scores :math:`QK^\top` and the weighted values (over all :math:`L_b` keys, as
   dense attention computes them), and the backward pass costs twice the forward.

@@ -1,0 +1,1 @@
+"""Which sequences share a device row or a micro-batch: host-side plans, NumPy only."""

@@ -1,0 +1,194 @@
+"""Continuous batching: a fixed pool of decode slots fed from a queue of requests.
+
+Request ``r`` is sample ``r % n`` of prompt ``r // n``. Each loop iteration
+first refills every free slot with the next waiting request (prefilled into
+that slot's cache row in chunks of ``chunk`` tokens), then samples one token
+in every busy slot and runs the new tokens through the model. A slot whose
+request ends (EOS or its token budget) is free at the next iteration, so the
+pool stays full until the queue is empty; the loop ends when the queue is
+empty and every slot is free. A static batch instead decodes until its
+longest row stops, its finished rows idle meanwhile.
+
+Each slot row keeps its own write position: a prompt of length p sits
+left-padded to the next multiple of ``chunk`` (the last prefill chunk then
+ends on its last token, whose logits start the decode), and its responses'
+keys follow. The model runs one row at a time under ``jax.vmap``, so every
+row writes its own cache slot; the weights are shared, so the products stay
+batched over the rows.
+
+Token ``t`` of request ``r`` draws `graft_jax.rollout.sampling.uniforms_at`
+under ``fold_in(key, t)`` for row ``r``, the number the static sampler
+(`graft_jax.rollout.sampler`) draws for that row and step: a row's tokens do
+not depend on its slot or on when it started.
+
+One compiled program covers any prompt lengths up to the prompt capacity
+(the chunk count is traced); it is specialised only on the pool, the
+request count bucket, the token budget bucket and the sampling flags.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from graft_jax.rollout.sampling import sample_step, uniforms_at
+
+
+class PoolOutput(NamedTuple):
+  tokens_RxM: jax.Array        # int32, pad after the end
+  logp_RxM: jax.Array          # float32, 0 after the end
+  lengths_R: jax.Array         # int32 response tokens (EOS included)
+  finished_R: jax.Array        # bool, ended with EOS
+  iterations: jax.Array        # int32 decode steps of the pool
+  busy_slot_steps: jax.Array   # int32 sum over steps of the slots decoding a request
+  live_kv_tokens: jax.Array    # float32 sum over steps and busy slots of the keys attended
+
+
+class _Pool(NamedTuple):
+  next_req: jax.Array      # the first request not yet admitted
+  req_B: jax.Array         # each slot's request (meaningless where not busy)
+  step_B: jax.Array        # tokens the slot's request has sampled
+  base_B: jax.Array        # cache slot of the request's first response token
+  plen_B: jax.Array        # its prompt's length
+  busy_B: jax.Array        # the slot holds an unfinished request
+  logits_BxV: jax.Array
+  kv_mask_BxS: jax.Array
+  cache: tuple
+  out: PoolOutput
+
+
+def prompt_slots(prompt_len, chunk: int):
+  """Cache slots a prompt of ``prompt_len`` tokens takes: the next multiple of ``chunk``."""
+  return -(-prompt_len // chunk) * chunk
+
+
+def _row(tree, i):
+  return jax.tree.map(lambda x: jax.lax.dynamic_index_in_dim(x, i, 0, keepdims=True), tree)
+
+
+def _set_row(tree, rows, i):
+  return jax.tree.map(lambda x, r: jax.lax.dynamic_update_index_in_dim(x, r, i, 0), tree, rows)
+
+
+def prefill_row(model, prompt_L, prompt_len, cache_row, *, chunk: int, pad_id: int):
+  """Runs one prompt (left-aligned in ``prompt_L``) through the model in chunks into a
+  one-row cache, left-padded to `prompt_slots`. Returns (last_logits_V, cache_row,
+  kv_mask_S)."""
+  s = cache_row[0][0].shape[-1]
+  width = prompt_slots(prompt_len, chunk)
+  offset = width - prompt_len
+  slot_S = jnp.arange(s)
+  kv_mask_S = (slot_S >= offset) & (slot_S < width)
+
+  def one_chunk(c, carry):
+    _, cache = carry
+    slot_C = c * chunk + jnp.arange(chunk)
+    idx_C = slot_C - offset
+    ids_C = jnp.where(idx_C >= 0, prompt_L[jnp.clip(idx_C, 0, prompt_L.shape[0] - 1)], pad_id)
+    logits_1x1xV, cache = model.forward_cached(
+        ids_C[None], jnp.maximum(idx_C, 0)[None], kv_mask_S[None], cache, c * chunk,
+        last_only=True)
+    return logits_1x1xV[0, 0], cache
+
+  logits_V = jnp.zeros((model.cfg.vocab_size,), jnp.float32)
+  logits_V, cache_row = jax.lax.fori_loop(0, width // chunk, one_chunk, (logits_V, cache_row))
+  return logits_V, cache_row, kv_mask_S
+
+
+def decode_rows(model, token_B, position_B, kv_mask_BxS, cache, index_B):
+  """One decode step with a write slot per row: each row's key and value go to its
+  ``index_B`` slot. Returns (logits_BxV, cache)."""
+
+  def one(token, position, kv_mask_S, cache_row, index):
+    add = lambda x: x[None]
+    logits_1x1xV, cache_row = model.forward_cached(
+        token[None, None], position[None, None], kv_mask_S[None], jax.tree.map(add, cache_row),
+        index)
+    return logits_1x1xV[0, 0], jax.tree.map(lambda x: x[0], cache_row)
+
+  return jax.vmap(one)(token_B, position_B, kv_mask_BxS, cache, index_B)
+
+
+@functools.partial(jax.jit, static_argnames=(
+    "graphdef", "n", "slots", "max_new", "chunk", "eos_ids", "pad_id", "greedy", "top_k",
+    "use_top_p", "cache_dtype", "refill"))
+def run_pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, budget_R, key,
+             temperature, top_p, *, n: int, slots: int, max_new: int, chunk: int,
+             eos_ids: tuple[int, ...], pad_id: int, greedy: bool, top_k: int, use_top_p: bool,
+             cache_dtype=None, refill: bool = True) -> PoolOutput:
+  """Samples the first ``num_requests`` (traced) of P * n requests in a pool of ``slots``.
+
+  ``prompts_PxL`` holds each prompt left-aligned, ``prompt_len_P`` their lengths
+  (at most L, a multiple of ``chunk``); request r may sample up to
+  ``budget_R[r]`` (<= ``max_new``) tokens. Cache rows hold L + max_new slots.
+  Without ``refill`` requests enter only when every slot is free: a static batch
+  of ``slots`` rows that decodes until its longest row stops, on the same counters.
+  """
+  model = nnx.merge(graphdef, state)
+  r = prompts_PxL.shape[0] * n
+  width = prompts_PxL.shape[1] + max_new
+  eos_E = jnp.asarray(eos_ids, jnp.int32)
+  zeros = lambda dt: jnp.zeros((slots,), dt)
+  out = PoolOutput(jnp.full((r, max_new), pad_id, jnp.int32), jnp.zeros((r, max_new), jnp.float32),
+                   jnp.zeros((r,), jnp.int32), jnp.zeros((r,), bool), jnp.int32(0), jnp.int32(0),
+                   jnp.float32(0))
+  init = _Pool(jnp.int32(0), zeros(jnp.int32), zeros(jnp.int32), zeros(jnp.int32),
+               zeros(jnp.int32), zeros(bool),
+               jnp.zeros((slots, model.cfg.vocab_size), jnp.float32),
+               jnp.zeros((slots, width), bool), model.init_cache(slots, width, cache_dtype), out)
+
+  def admit(pool: _Pool) -> _Pool:
+    """The next request into the first free slot."""
+    slot = jnp.argmin(pool.busy_B)
+    prompt = pool.next_req // n
+    plen = prompt_len_P[prompt]
+    logits_V, cache_row, kv_mask_S = prefill_row(
+        model, prompts_PxL[prompt], plen, _row(pool.cache, slot), chunk=chunk, pad_id=pad_id)
+    put = lambda x_B, v: x_B.at[slot].set(v)
+    return pool._replace(
+        next_req=pool.next_req + 1, req_B=put(pool.req_B, pool.next_req),
+        step_B=put(pool.step_B, 0), base_B=put(pool.base_B, prompt_slots(plen, chunk)),
+        plen_B=put(pool.plen_B, plen), busy_B=put(pool.busy_B, True),
+        logits_BxV=put(pool.logits_BxV, logits_V), kv_mask_BxS=put(pool.kv_mask_BxS, kv_mask_S),
+        cache=_set_row(pool.cache, cache_row, slot))
+
+  can_admit = lambda pool: (pool.next_req < num_requests) & ~jnp.all(pool.busy_B)
+
+  def step(pool: _Pool) -> _Pool:
+    opens = True if refill else ~jnp.any(pool.busy_B)  # a static batch fills an empty pool
+    pool = jax.lax.while_loop(lambda p: can_admit(p) & opens, admit, pool)
+    busy_B = pool.busy_B
+    uniforms_B = jax.vmap(lambda t, row: uniforms_at(jax.random.fold_in(key, t), row[None])[0])(
+        pool.step_B, pool.req_B)
+    token_B, logp_B = sample_step(key, pool.logits_BxV, temperature, top_p, greedy=greedy,
+                                  top_k=top_k, use_top_p=use_top_p, uniforms_B=uniforms_B)
+    token_B = jnp.where(busy_B, token_B, pad_id)
+    req_B = jnp.where(busy_B, pool.req_B, r)  # r: out of bounds, dropped by the scatters
+    o = pool.out
+    tokens_RxM = o.tokens_RxM.at[req_B, pool.step_B].set(token_B, mode="drop")
+    logp_RxM = o.logp_RxM.at[req_B, pool.step_B].set(logp_B, mode="drop")
+    step_B = pool.step_B + busy_B.astype(jnp.int32)
+    eos_B = jnp.isin(token_B, eos_E)
+    ends_B = busy_B & (eos_B | (step_B >= budget_R[jnp.minimum(req_B, r - 1)]))
+    ended_R = jnp.where(ends_B, req_B, r)
+    # A free slot's row runs too (the shapes are fixed); it writes at the last slot,
+    # position 0, inside the window (past it RoPE is NaN), and nothing reads it.
+    index_B = jnp.where(busy_B, pool.base_B + pool.step_B, width - 1)
+    kv_mask_BxS = pool.kv_mask_BxS | (busy_B[:, None]
+                                      & (jnp.arange(width)[None] == index_B[:, None]))
+    logits_BxV, cache = decode_rows(model, token_B, jnp.where(busy_B, pool.plen_B + pool.step_B, 0),
+                                    kv_mask_BxS, pool.cache, index_B)
+    out = PoolOutput(
+        tokens_RxM, logp_RxM, o.lengths_R.at[ended_R].set(step_B, mode="drop"),
+        o.finished_R.at[ended_R].set(eos_B, mode="drop"), o.iterations + 1,
+        o.busy_slot_steps + busy_B.sum(dtype=jnp.int32),
+        o.live_kv_tokens + jnp.where(busy_B, pool.plen_B + step_B, 0).sum(dtype=jnp.float32))
+    return pool._replace(step_B=step_B, busy_B=busy_B & ~ends_B, logits_BxV=logits_BxV,
+                         kv_mask_BxS=kv_mask_BxS, cache=cache, out=out)
+
+  more = lambda pool: (pool.next_req < num_requests) | jnp.any(pool.busy_B)
+  return jax.lax.while_loop(more, step, init).out

@@ -1,0 +1,59 @@
+"""The live-span decode attention kernel (Pallas, interpret mode on a CPU): float64
+NumPy's attention over each row's live slots, and the KV blocks it read counted."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from graft_jax import backends
+
+B, K, G, H, S, BLOCK = 4, 2, 2, 16, 128, 16
+
+
+def _operands(seed=0):
+  rng = np.random.default_rng(seed)
+  return (rng.normal(size=(B, K, G, H)).astype(np.float32),
+          rng.normal(size=(B, K, H, S)).astype(np.float32),
+          rng.normal(size=(B, K, S, H)).astype(np.float32))
+
+
+def _reference(q, k, v, start, end):
+  out = np.zeros(q.shape, np.float64)
+  for b in range(B):
+    live = slice(start[b], end[b])
+    scores = np.einsum("kgh,khs->kgs", q[b].astype(np.float64), k[b][:, :, live]) * H ** -0.5
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    out[b] = np.einsum("kgs,ksh->kgh", p / p.sum(-1, keepdims=True), v[b][:, live])
+  return out
+
+
+def test_reads_only_the_blocks_of_each_rows_live_span():
+  q, k, v = _operands()
+  # A full window; a prompt left-padded to slot 10 with 23 tokens so far; a row that
+  # has finished and attends to its current slot alone; a span ending on a block edge.
+  start, end = np.array([0, 10, 70, 32]), np.array([128, 33, 71, 64])
+  out, blocks = backends.live_decode_attention(*map(jnp.asarray, (q, k, v, start, end)),
+                                               scale=H ** -0.5, block_k=BLOCK)
+  # Blocks of 16 slots meeting [0, 128), [10, 33), [70, 71), [32, 64): by hand.
+  np.testing.assert_array_equal(np.asarray(blocks), np.repeat([[8], [3], [1], [2]], K, axis=1))
+  np.testing.assert_allclose(np.asarray(out), _reference(q, k, v, start, end), atol=2e-6)
+
+
+def test_slots_outside_the_span_are_never_read():
+  """NaN written past every row's span (and before it) leaves the output finite and equal."""
+  q, k, v = _operands(1)
+  start, end = np.array([16, 5, 0, 40]), np.array([40, 17, 128, 41])
+  k_nan, v_nan = k.copy(), v.copy()
+  for b in range(B):
+    outside = np.r_[0:start[b] // BLOCK * BLOCK, -(-end[b] // BLOCK) * BLOCK:S]
+    k_nan[b][:, :, outside], v_nan[b][:, outside] = np.nan, np.nan
+  out, _ = backends.live_decode_attention(*map(jnp.asarray, (q, k_nan, v_nan, start, end)),
+                                          scale=H ** -0.5, block_k=BLOCK)
+  np.testing.assert_allclose(np.asarray(out), _reference(q, k, v, start, end), atol=2e-6)
+
+
+def test_a_window_off_the_block_size_is_refused():
+  q, k, v = _operands()
+  with pytest.raises(ValueError, match="block_k"):
+    backends.live_decode_attention(*map(jnp.asarray, (q, k[..., :120], v[:, :, :120])),
+                                   jnp.zeros(B), jnp.ones(B), scale=1.0, block_k=BLOCK)

@@ -1,0 +1,90 @@
+"""The slot pool's sampler term: makespan steps over the pool, each reading every weight
+and each row's live span (or, without the live-token kernel, every slot's whole window);
+the plan uses it, and validates in one call per model, when the config selects the pool."""
+
+import numpy as np
+import pytest
+
+from graft_jax.config import run_config as config_lib
+from graft_jax.models.config import ModelConfig
+from graft_jax.plan import costs, phases, sampling_plan, step_time
+from graft_jax.plan.lengths import ResponseLengths
+
+
+def test_the_pool_term_reads_every_slots_window_for_the_makespan():
+  # Qwen3-1.7B, 128 prompts x 8 in 256 slots; prompts of 400 tokens take 400 slots
+  # (16-token chunks), responses up to 4,096: a window of 4,496 slots.
+  mc, rates = ModelConfig.qwen3_1p7b(), step_time.MEASURED_H200
+  lengths = ResponseLengths(4096, 1200, 2.0)
+  g = sampling_plan.pool_generate(mc, lengths, prompts=128, n=8, prompt_longest=400, slots=256,
+                                  rates=rates, live=False)
+  rows = lengths.sample(1024)
+  assert g.steps_per_call == sampling_plan.makespan(rows, 256)
+  # The pool ends after the longest row and no later than a static batch of 4 x 256 rows.
+  assert rows.max() <= g.steps_per_call < 4 * rows.max()
+  assert (g.window, g.calls, g.rows_per_call) == (4496, 1, 256)
+  step_read = 2 * costs.all_params(mc) + 256 * 4496 * 2 * 28 * 8 * 128 * 2
+  decode = g.steps_per_call * step_read / (rates.window_hbm_efficiency * 4.8e12)
+  assert g.seconds > decode and g.seconds == pytest.approx(decode, rel=0.05)
+
+
+def test_the_live_pool_term_reads_each_rows_span():
+  # A row of l tokens after a 400-token prompt reads 400 + t positions at its step t.
+  mc, rates = ModelConfig.qwen3_1p7b(), step_time.MEASURED_H200
+  lengths = ResponseLengths(4096, 1200, 2.0)
+  g = sampling_plan.pool_generate(mc, lengths, prompts=128, n=8, prompt_longest=400, slots=256,
+                                  rates=rates)
+  rows = lengths.sample(1024).astype(np.float64)
+  per_position = 2 * 28 * 8 * 128 * 2  # K and V, 28 layers, 8 heads of 128, bf16
+  span = sum(sum(400 + t for t in range(int(l))) for l in rows)
+  read = g.steps_per_call * 2 * costs.all_params(mc) + per_position * span
+  decode = read / (rates.window_hbm_efficiency * 4.8e12)
+  assert g.window == 0 and g.seconds > decode and g.seconds == pytest.approx(decode, rel=0.05)
+  window = sampling_plan.pool_generate(mc, lengths, prompts=128, n=8, prompt_longest=400,
+                                       slots=256, rates=rates, live=False)
+  assert g.seconds < 0.6 * window.seconds
+
+
+def _pool_cfg(sampler):
+  cd = config_lib.load_config("configs/pair_smollm3_qwen3.py:graft")
+  with cd.unlocked():
+    cd.rollout.sampler, cd.rollout.pool_slots = sampler, 256
+  return config_lib.from_config_dict(cd)
+
+
+def test_the_plan_samples_and_validates_through_the_pool_when_the_config_selects_it():
+  models = {"smollm3_3b": ModelConfig.smollm3_3b(), "qwen3_1p7b": ModelConfig.qwen3_1p7b()}
+  rates, lengths = step_time.MEASURED_H200, ResponseLengths(4096, 1200, 2.0)
+  a = phases.Assumptions(lengths=lengths)
+  cfg = _pool_cfg("pool")
+  plan = phases.plan_engine(cfg, models, "jax", 1, rates, a, 10)
+  static = phases.plan_engine(_pool_cfg("static"), models, "jax", 1, rates, a, 10)
+  suite = sum(phases.eval_calls(cfg))
+  assert phases.eval_calls(cfg, pool=True) == [suite] == [872]
+  assert plan.run_terms["validation"].detail.endswith("(1 calls per model)")
+  assert static.run_terms["validation"].detail.endswith(f"({len(phases.eval_calls(cfg))} "
+                                                        f"calls per model)")
+  validation = 0.0
+  for name, mc in models.items():
+    g = sampling_plan.pool_generate(mc, lengths, prompts=cfg.prompts_per_step, n=cfg.n,
+                                    prompt_longest=a.prompt_longest, slots=256, rates=rates)
+    assert plan.step_terms["sampling"][name].seconds == g.seconds
+    assert plan.step_terms["sampling"][name].seconds != static.step_terms["sampling"][name].seconds
+    validation += sampling_plan.pool_generate(
+        mc, lengths, prompts=872, n=cfg.eval.k, prompt_longest=a.prompt_longest, slots=256,
+        rates=rates).seconds
+    validation += plan.step_terms["rewards"][name].seconds * 872 * cfg.eval.k / (
+        cfg.prompts_per_step * cfg.n)  # the verifier's seconds scale with the items
+  runs = phases.validations(cfg, 10)
+  assert plan.run_terms["validation"].seconds == pytest.approx(runs * validation, rel=1e-9)
+  # The pool's programs: one per prompt-count bucket (a step's prompts, the suite's).
+  pool_programs = int(plan.run_terms["compile"].detail.split()[0])
+  static_programs = int(static.run_terms["compile"].detail.split()[0])
+  static_sampler = sum(
+      len({sampling_plan.jax_generate(
+          mc, lengths, prompts=c, n=k, prompt_longest=a.prompt_longest,
+          budget=cfg.perf.sampler_max_kv_bytes, devices=1, rates=rates).chunk
+           for c, k in [(cfg.prompts_per_step, cfg.n)]
+           + [(c, cfg.eval.k) for c in set(phases.eval_calls(cfg))]})
+      for mc in models.values())
+  assert pool_programs - static_programs == 2 * len(models) - static_sampler

@@ -1,0 +1,113 @@
+"""ContinuousSamplerEngine: the static sampler's tokens under the same keys, whatever
+the pool size; one compiled program across prompt lengths and counts; its
+occupancy and live-KV figures against a schedule worked out by hand."""
+
+import numpy as np
+import pytest
+import tiny_hf
+from flax import nnx
+
+from graft_jax.models import load_hf
+from graft_jax.rollout import JaxSamplerEngine, RolloutEngine, SamplingParams
+from graft_jax.rollout.continuous import ContinuousSamplerEngine
+from graft_jax.rollout.slot_pool import run_pool
+
+PROMPTS = [[5, 6, 7, 8, 9], [10, 11], list(range(3, 43))]
+# Several EOS ids, so the random checkpoint's responses end at different lengths.
+EOS, PAD = tuple(range(2, 40)), 0
+
+
+@pytest.fixture(scope="module")
+def model(ckpt_root):
+  return load_hf(tiny_hf.checkpoint("qwen3", ckpt_root).path)[0]
+
+
+def _continuous(model, slots, **kw):
+  return ContinuousSamplerEngine(model, eos_ids=EOS, pad_id=PAD, slots=slots, max_prompt_len=48,
+                                 **kw)
+
+
+def _static(model):
+  static = nnx.merge(*nnx.split(model))
+  static.set_decode_attention("xla")  # the reference the pool's attention is
+  return JaxSamplerEngine(static, eos_ids=EOS, pad_id=PAD)
+
+
+def _assert_same(a, b):
+  np.testing.assert_array_equal(a.lengths_B, b.lengths_B)
+  np.testing.assert_array_equal(a.finished_B, b.finished_B)
+  np.testing.assert_array_equal(a.tokens_BxL, b.tokens_BxL)
+  np.testing.assert_allclose(a.logp_BxL, b.logp_BxL, atol=1e-5)
+
+
+@pytest.mark.parametrize("params", [SamplingParams(max_new_tokens=24, temperature=1.0, seed=3),
+                                    SamplingParams(max_new_tokens=24, temperature=0.7, top_k=40,
+                                                   top_p=0.9, seed=5)])
+def test_pool_samples_what_the_static_sampler_does(model, params):
+  engine = _continuous(model, slots=2)
+  assert isinstance(engine, RolloutEngine)
+  pool = engine.generate(PROMPTS, 3, params)
+  static = _static(model).generate(PROMPTS, 3, params)
+  # The keys end responses at different lengths: slots are refilled mid-call.
+  assert len(set(static.lengths_B.tolist())) > 2 and static.finished_B.any()
+  _assert_same(pool, static)
+
+
+def test_rows_do_not_depend_on_their_slot(model):
+  """One slot decodes the rows one after another; five start most of them at once,
+  in other slots and at other pool steps."""
+  params = SamplingParams(max_new_tokens=24, temperature=1.0, seed=11)
+  one = _continuous(model, slots=1).generate(PROMPTS, 2, params)
+  five = _continuous(model, slots=5).generate(PROMPTS, 2, params)
+  assert len(set(one.lengths_B.tolist())) > 2
+  _assert_same(one, five)
+
+
+def test_one_program_across_prompt_lengths_and_counts(model):
+  engine = _continuous(model, slots=3)
+  params = SamplingParams(max_new_tokens=10, temperature=1.0)
+  before = run_pool._cache_size()  # pylint: disable=protected-access
+  for prompts in ([[5] * 3, [6] * 4], [[7] * 20, [8] * 45], [[9] * 33, [4] * 2], [[6] * 17]):
+    engine.generate(prompts, 2, params)
+    engine.set_weights(model)
+  # One program for every prompt length within the capacity (48) and each prompt-count
+  # bucket (2 prompts, then 1); new weights compile nothing.
+  assert run_pool._cache_size() - before == 2  # pylint: disable=protected-access
+  engine.generate([[5] * 60], 2, params)  # past the capacity: a wider cache
+  assert run_pool._cache_size() - before == 3  # pylint: disable=protected-access
+
+
+def test_metrics_follow_a_schedule_worked_by_hand(model):
+  """Slots 2, budgets [1, 5, 1, 1], no EOS: steps 1-3 keep both slots busy (r0 then r2
+  then r3 beside r1), steps 4-5 only r1: 8 busy slot-steps of 10."""
+  engine = ContinuousSamplerEngine(model, eos_ids=-1, pad_id=PAD, slots=2, max_prompt_len=16)
+  batch = engine.generate([[5, 6, 7, 8, 9]], 4, SamplingParams(max_new_tokens=8),
+                          budgets=[1, 5, 1, 1])
+  np.testing.assert_array_equal(batch.lengths_B, [1, 5, 1, 1])
+  assert not batch.finished_B.any()
+  m = engine.last_metrics
+  assert m["tokens"] == 8 and m["decode_steps"] == 5
+  assert m["slot_occupancy"] == pytest.approx(0.8)
+  # Keys attended: prompt (5) + tokens so far, per busy row and step.
+  keys = (5 + 1) * 3 + sum(5 + k for k in range(1, 6))
+  cfg = model.cfg
+  per_key = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4  # f32 keys and values
+  assert m["live_kv_bytes_per_step"] == pytest.approx(keys * per_key / 5)
+
+
+def test_a_static_batch_waits_for_its_longest_row(model):
+  """refill=False, same work: r0, r1 decode 5 steps (busy 2, 1, 1, 1, 1), then r2, r3
+  one step (busy 2): 8 busy slot-steps of 12."""
+  engine = ContinuousSamplerEngine(model, eos_ids=-1, pad_id=PAD, slots=2, max_prompt_len=16,
+                                   refill=False)
+  batch = engine.generate([[5, 6, 7, 8, 9]], 4, SamplingParams(max_new_tokens=8),
+                          budgets=[1, 5, 1, 1])
+  np.testing.assert_array_equal(batch.lengths_B, [1, 5, 1, 1])
+  assert engine.last_metrics["decode_steps"] == 6
+  assert engine.last_metrics["slot_occupancy"] == pytest.approx(8 / 12)
+
+
+def test_budgets_are_checked(model):
+  engine = _continuous(model, slots=2)
+  with pytest.raises(ValueError, match="budgets"):
+    engine.generate([[5, 6]], 2, SamplingParams(max_new_tokens=4), budgets=[1, 5])
