@@ -8,6 +8,8 @@ import sys
 import time
 import traceback
 
+import _path  # noqa: F401  (the repository root on sys.path, for `benchmarks.`)
+
 import jax.numpy as jnp
 import numpy as np
 

@@ -105,8 +105,10 @@ def test_an_older_config_json_is_read_under_the_moved_fields_new_names():
   perf = old.pop("perf")
   old["rollout"].update(max_kv_bytes=2**20, streams=perf.pop("sampler_streams"))
   del perf["sampler_max_kv_bytes"]
+  del perf["packed_update"]  # a field added after the perf section
   old.update(perf)
   assert config_checks.check_resume(old, new, where="w/config.json") == [
+      ("perf.packed_update", None, True),
       ("perf.sampler_max_kv_bytes", 2**20, new["perf"]["sampler_max_kv_bytes"])]
   old["scan_layers"] = not perf["scan_layers"]
   with pytest.raises(config_lib.ConfigError, match="^perf.scan_layers is "):
