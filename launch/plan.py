@@ -119,14 +119,10 @@ def print_phases(cfg, models, devices, rates, steps, sync):
                            models))
   # vLLM's two placements of a node side by side (graft_jax.plan.server_layout).
   replicas = dataclasses.replace(server_layout.REPLICAS_4, replicas=devices)
-  plans = {"dedicated": phases.plan_engine(cfg, models, "vllm", devices, rates, a, steps,
-                                           sync=sync, layout=server_layout.DEDICATED)}
   mine = server_layout.from_config(cfg) if cfg.engine == "vllm" else replicas
-  print(phases.format_plan(phases.plan_engine(cfg, models, "vllm", devices, rates, a, steps,
-                                              sync=sync, layout=mine), models)
-        + f"\n  servers: {mine.describe()}")
-  d, r = plans["dedicated"], phases.plan_engine(cfg, models, "vllm", devices, rates, a, steps,
-                                                 sync=sync, layout=mine)
+  d, r = (phases.plan_engine(cfg, models, "vllm", devices, rates, a, steps, sync=sync,
+                             layout=layout) for layout in (server_layout.DEDICATED, mine))
+  print(phases.format_plan(r, models) + f"\n  servers: {mine.describe()}")
   print(f"\nvLLM placements: {mine.describe()} | {server_layout.DEDICATED.describe()}\n"
         f"  sampling per step {r.phase_seconds('sampling'):.1f} s vs "
         f"{d.phase_seconds('sampling'):.1f} s "

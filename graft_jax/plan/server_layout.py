@@ -55,10 +55,6 @@ def from_config(cfg) -> ServerLayout:
   if not all(placed):
     return dataclasses.replace(DEDICATED, share=cfg.vllm.gpu_memory_utilization)
   groups = replica_gpus(placed[0], cfg.vllm.data_parallel)
-  seen: set = set()
-  shared = False
-  for gpus in placed:
-    shared = shared or bool(seen & set(gpus))
-    seen |= set(gpus)
+  shared = len(set().union(*placed)) < sum(len(set(gpus)) for gpus in placed)
   return ServerLayout("this config's", replicas=len(groups), gpus_per_replica=len(groups[0]),
                       share=cfg.vllm.gpu_memory_utilization, shared=shared)

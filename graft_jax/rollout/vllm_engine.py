@@ -61,11 +61,12 @@ def default_weights_dir(run_dir) -> pathlib.Path:
   return run_dir / "weights"
 
 
-def _request_seeds(seed: int, num: int, n: int) -> list[int]:
+def _request_seeds(seed: int, num: int, n: int, first: int = 0) -> list[int]:
   # vLLM seeds sample j of a request with seed + j; spacing requests by n keeps
-  # every (prompt, sample) stream distinct within a call.
+  # every (prompt, sample) stream distinct within a call. ``first``: the first
+  # request's index in the call.
   base = int.from_bytes(hashlib.sha256(str(seed).encode()).digest()[:4], "little") >> 1
-  return [base + i * n for i in range(num)]
+  return [base + i * n for i in range(first, first + num)]
 
 
 def _link_weights(run_dir: pathlib.Path, weights_dir: pathlib.Path) -> None:
@@ -285,7 +286,7 @@ class VLLMEngine:
                   "not log_softmax(logits / T)", self.name)
     # vLLM refuses n > 1 when greedy; the n rows would be identical anyway.
     asked = 1 if params.temperature == 0 else n
-    seeds = _request_seeds(params.seed, prompt_offset + len(prompts), asked)[prompt_offset:]
+    seeds = _request_seeds(params.seed, len(prompts), asked, first=prompt_offset)
     bodies = [self._body(p, asked, params, s) for p, s in zip(prompts, seeds)]
     outs = self._with_restarts(lambda: self._post_all(bodies)) if self._serves else None
     if not self._multi:
