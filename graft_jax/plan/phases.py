@@ -13,9 +13,10 @@ The phases are the ones the trainer records in each metrics row (``time/...``,
   reference pass;
 - scoring: the teacher-forced old log-probs of the rows with a signal outside the
   first minibatch (whose come from the update's forward), packed the same way;
-- update: the rows with a signal, packed by `length_packing.plan_micro_batches` and
-  padded to their micro-batch's length, the optimizer step per minibatch, and (vLLM)
-  the weight push;
+- update: the rows with a signal, sequences packed whole into rows
+  (``perf.packed_update``, `packed_micro_batches.plan`) or in length buckets
+  (`length_packing.plan_micro_batches`), the optimizer step per minibatch, and (vLLM)
+  each server's weight push;
 - compilation once per run (programs x seconds per program; vLLM: its servers' start),
   validation at ``eval.every_steps`` (every model in turn, calls of 64 problems x k,
   each waiting for its longest row; with the JAX slot pool, ``rollout.sampler='pool'``,
