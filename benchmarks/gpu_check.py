@@ -237,7 +237,7 @@ def _flat(batch):
 
 def scoring_section(out: dict) -> None:
   """`score_rows` over 16 rows at the longest length, under the update's token budget."""
-  from graft_jax.train.scoring import score_rows  # pylint: disable=import-outside-toplevel
+  from graft_jax.train.row_logprobs import score_rows  # pylint: disable=import-outside-toplevel
 
   cfg, t = model_config(), max(lengths())
   model = bf16_model(cfg, scan_layers=True, attention="auto", score_tokens=4 * t)
@@ -287,7 +287,7 @@ def sampler_section(out: dict) -> None:
                                                 _HBM.value * 1e12)
     out["sampler"] = {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens_s,
                       "hbm_ceiling_tokens_per_s": ceiling, "rows": rows, "prompt_len": prompt_len,
-                      "max_new_tokens": new}
+                      "max_new_tokens": new, "decode_attention": engine.decode_attention}
     print(f"sampler {rows} rows ({prompts_n} prompts x {n}), prompt {prompt_len}, up to {new} "
           f"new: {seconds:.2f} s, {tokens_s:,.0f} tokens/s, {100 * tokens_s / ceiling:.0f}% of "
           f"the HBM-bound {ceiling:,.0f} tokens/s")

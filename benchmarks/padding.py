@@ -48,7 +48,7 @@ def old_scoring(lengths, cap: int, budget: int, devices: int, chunk_rows: int = 
 
 
 def new_scoring(lengths, cap: int, budget: int, devices: int, chunk_rows: int = 64):
-  """(computed tokens, calls) of packed scoring (`graft_jax.train.scoring.score_rows`)."""
+  """(computed tokens, calls) of packed scoring (`graft_jax.train.row_logprobs.score_rows`)."""
   row_length = sequence_packing.packed_row_length(cap)
   most = max(1, chunk_rows // devices)
   rows = min(sequence_packing.rows_per_call(budget, row_length, most), most) * devices

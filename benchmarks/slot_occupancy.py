@@ -8,9 +8,14 @@ same work. The pool refills a slot as soon as its response ends
 (`graft_jax.rollout.continuous.ContinuousSamplerEngine`); the static batch
 (``refill=False``) fills the empty pool and decodes until its longest row
 stops, as `graft_jax.rollout.jax_engine.JaxSamplerEngine` does per call.
-Both are counted by the same on-device counters in one run.
+Both are counted by the same on-device counters in one run. Occupancy is busy
+slot-steps over the slot-steps of the pool sizes that ran (the pool's drain
+halves it, `--shrinks` times at most); "whole pool" counts every step at the
+full size instead. Shrinking changes no decode step count, only each drain
+step's width.
 
-  .venv/bin/python benchmarks/slot_occupancy.py [--prompts 32 --n 8 --slots 32 --scale 64]
+  .venv/bin/python benchmarks/slot_occupancy.py [--prompts 32 --n 8 --slots 32 --scale 64
+      --shrinks 2]
 """
 
 import argparse
@@ -50,6 +55,7 @@ def main():
   ap.add_argument("--scale", type=int, default=64)
   ap.add_argument("--prompt_len", type=int, default=16)
   ap.add_argument("--seed", type=int, default=0)
+  ap.add_argument("--shrinks", type=int, default=2)
   args = ap.parse_args()
 
   cfg = ModelConfig(model_type="llama", vocab_size=512, hidden_size=64, intermediate_size=128,
@@ -66,13 +72,15 @@ def main():
         f"{np.mean(budgets >= cap):.1%}; {args.slots} slots")
   for name, refill in (("static batch", False), ("slot pool", True)):
     engine = ContinuousSamplerEngine(model, eos_ids=-1, pad_id=0, slots=args.slots,
-                                     max_prompt_len=args.prompt_len, refill=refill)
+                                     max_prompt_len=args.prompt_len, refill=refill,
+                                     shrinks=args.shrinks)
     start = time.perf_counter()
     batch = engine.generate(prompts, args.n, params, budgets=budgets.tolist())
     seconds = time.perf_counter() - start
     assert (batch.lengths_B == budgets).all()
     m = engine.last_metrics
-    print(f"{name:>12}: occupancy {m['slot_occupancy']:.1%}, {m['decode_steps']:.0f} decode steps, "
+    print(f"{name:>12}: occupancy {m['slot_occupancy']:.1%} (whole pool "
+          f"{m['slot_occupancy_full_pool']:.1%}), {m['decode_steps']:.0f} decode steps, "
           f"{m['tokens']:.0f} tokens, live KV {m['live_kv_bytes_per_step'] / 2**10:.1f} KiB/step "
           f"({seconds:.1f} s, compile included)")
 

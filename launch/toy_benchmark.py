@@ -27,8 +27,11 @@ import pathlib
 import shlex
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository root
+# pylint: disable=wrong-import-position
+from benchmarks.toy import benchmark as toy_benchmark, figure as toy_benchmark_figure
 from graft_jax import cli, toy
-from graft_jax.experiments import job_signals, toy_benchmark, toy_benchmark_figure, toy_compare
+from graft_jax.experiments import job_signals, toy_compare
 from graft_jax.config import run_config as config_lib
 
 

@@ -15,8 +15,10 @@ import pathlib
 import shlex
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository root
+# pylint: disable=wrong-import-position
+from benchmarks.toy import benchmark as toy_benchmark, record as toy_record
 from graft_jax import toy
-from graft_jax.experiments import toy_benchmark, toy_record
 
 
 def main():

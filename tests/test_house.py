@@ -2,9 +2,9 @@
 
 Layers: the foundation packages (core, sharding, backends, rewards) import nothing
 above them, config knows nothing of training or planning, train nothing of the
-planner or the experiments, and no two packages or modules import each other,
-directly or round a longer circle. A lazy import inside a function counts as much as
-one at the top: it is the same dependency, only paid later.
+planner or the experiments, the library nothing of benchmarks/, and no two packages
+or modules import each other, directly or round a longer circle. A lazy import inside
+a function counts as much as one at the top: it is the same dependency, only paid later.
 """
 
 import ast
@@ -173,6 +173,27 @@ def test_no_import_circle_between_modules():
   graph = _module_graph()
   circles = _circles(graph)
   assert not circles, '\n'.join(' <-> '.join(c) for c in circles)
+
+
+def _benchmark_imports(tree) -> list[str]:
+  """The modules under benchmarks/ that a file imports, anywhere in it."""
+  names = []
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names += [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom) and not node.level:
+      names.append(node.module or '')
+  return [n for n in names if n.split('.')[0] == 'benchmarks']
+
+
+def test_the_library_never_imports_the_benchmarks():
+  # benchmarks/ (the toy benchmark among them) is built on the library, not part of it.
+  assert _benchmark_imports(ast.parse(
+      'import benchmarks.speed\ndef f():\n  from benchmarks.toy import costs\n'
+      'from graft_jax import benchmarks_x')) == ['benchmarks.speed', 'benchmarks.toy']
+  bad = [f'{p.relative_to(ROOT)}: {n}' for p in sorted(PACKAGE.rglob('*.py'))
+         for n in _benchmark_imports(ast.parse(p.read_text()))]
+  assert not bad, '\n'.join(bad)
 
 
 def _method_comparisons(tree) -> list[int]:

@@ -71,6 +71,13 @@ def live_decode_attention(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, start_B, end_B, *, sc
                                           interpret=platform() != "gpu")
 
 
+def live_decode_by_default() -> bool:
+  """Whether a sampler's 'auto' decode attention is the live-span kernel: programs traced
+  for a GPU and run on one. Off a GPU the kernel runs in Pallas's interpret mode, which
+  is for checks only, and XLA's attention stays the reference."""
+  return platform() == "gpu" and jax.default_backend() == "gpu"
+
+
 def sampler_streams() -> int:
   """The JAX sampler's calls side by side when none is asked for: `cpu.SAMPLER_STREAMS`
   on a CPU, 1 elsewhere (on an accelerator one call's operations fill the device)."""

@@ -12,12 +12,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import pathlib
 from typing import Any
 
 import ml_collections
 
+from graft_jax.atomic_file import write_atomically
 from graft_jax.config import checks as config_checks
 from graft_jax.config import load as config_load
 from graft_jax.config import placement as config_placement
@@ -84,7 +84,7 @@ class RolloutConfig:
   # stops (graft_jax.rollout.jax_engine); 'pool' keeps ``pool_slots`` decode slots busy,
   # a finished row's slot taking the next waiting (prompt, sample), and validates the
   # whole suite in one call per model (graft_jax.rollout.continuous). Same keys, same
-  # tokens. The pool runs on one device (no mesh).
+  # tokens. On a mesh its slots split over the batch axes (pool_slots a multiple of them).
   sampler: str = 'static'
   pool_slots: int = 64  # decode rows of the pool; its KV cache holds this many windows
   pool_prefill_chunk: int = 16  # prompt tokens per prefill pass (a prompt takes a multiple)
@@ -136,12 +136,6 @@ class SgtConfig:
   # Prompts the NLL may apply on: 'own_failures' (SGT) or 'graft_selected', only
   # GRAFT's selected ones (graft_jax.train.methods.sgt).
   prompts: str = 'own_failures'
-
-
-@dataclasses.dataclass(frozen=True)
-class LuffyConfig:
-  """Policy shaping on grafted tokens (graft_jax.train.methods.luffy)."""
-  gamma: float = 0.1  # pi / (pi + gamma) replaces the clipped ratio
 
 
 @dataclasses.dataclass(frozen=True)
@@ -334,7 +328,7 @@ _PERF_MINIMUMS = {'micro_batch_tokens': 0, 'attention_block': 1, 'sampler_max_kv
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
   """Everything one run needs; defaults are the paper's (arXiv 2609.37868)."""
-  method: str = 'graft'  # 'graft' | 'grpo' | 'hacpo' | 'sgt' | 'replay' | 'luffy'
+  method: str = 'graft'  # a name of graft_jax.train.methods.REGISTRY
   seed: int = 0
   workdir: str = 'runs/default'
   model_a: PolicyConfig = PolicyConfig(name='model_a')
@@ -362,7 +356,6 @@ class TrainConfig:
   graft: GraftConfig = GraftConfig()
   hacpo: HacpoConfig = HacpoConfig()
   sgt: SgtConfig = SgtConfig()
-  luffy: LuffyConfig = LuffyConfig()
   replay: ReplayConfig = ReplayConfig()
   reward: RewardConfig = RewardConfig()
   eval: EvalConfig = EvalConfig()
@@ -383,6 +376,17 @@ class TrainConfig:
   # the rows that ran (Method.has_signal). False: every row runs.
   skip_silent_rows: bool = True
   perf: PerfConfig = PerfConfig()  # memory and speed; none changes the objective
+  # The registered methods' own sections, (name, settings) pairs read as cfg.<name>
+  # (`add_method_section`); to_dict / from_config_dict keep them at the top level.
+  method_sections: tuple[tuple[str, Any], ...] = dataclasses.field(
+      default_factory=lambda: tuple((n, s()) for n, s in _METHOD_SECTIONS.items()))
+
+  def __getattr__(self, name: str) -> Any:
+    # Only reached for names that are not fields: a method's section, else no such field.
+    for section, value in () if name.startswith('_') else self.method_sections:
+      if section == name:
+        return value
+    raise AttributeError(f'TrainConfig has no field or method section {name!r}')
 
   @property
   def checkpoint_dir(self) -> str:
@@ -400,6 +404,22 @@ class TrainConfig:
     return self.epochs * (num_train_prompts // self.prompts_per_step)
 
 
+# Section name -> settings dataclass of each registered method; a method file declares
+# its dataclass and the registry (graft_jax.train.methods.register) adds it here, so
+# every config has every registered method's section (overrides, presets, the stored
+# config and the resume check see it as any other section).
+_METHOD_SECTIONS: dict[str, type] = {}
+
+
+def add_method_section(name: str, settings: type) -> None:
+  """Adds the section ``cfg.<name>`` with the frozen dataclass ``settings`` (its defaults)
+  to every config built from now on."""
+  if name in {f.name for f in dataclasses.fields(TrainConfig)}:
+    raise ValueError(f'method section {name!r} would hide the config field of that name')
+  if _METHOD_SECTIONS.setdefault(name, settings) is not settings:
+    raise ValueError(f'two settings classes for the method section {name!r}')
+
+
 def config_dict() -> ml_collections.ConfigDict:
   """The defaults of `TrainConfig` as an unlocked ConfigDict (what configs/*.py start from)."""
   return ml_collections.ConfigDict(to_dict(TrainConfig()))
@@ -411,16 +431,25 @@ def from_config_dict(cd: Any) -> TrainConfig:
   Missing keys take the dataclass defaults; unknown keys, wrong types and
   impossible values raise `ConfigError` naming the field.
   """
-  mapping = cd.to_dict() if hasattr(cd, 'to_dict') else dict(cd)
-  cfg = config_load.build_dataclass(TrainConfig, mapping)
+  mapping = dict(cd.to_dict() if hasattr(cd, 'to_dict') else cd)
+  if 'method_sections' in mapping:
+    raise ConfigError('unknown config key method_sections (a method\'s section is cfg.<name>)')
+  sections = tuple((name, config_load.build_dataclass(settings, mapping.pop(name, {}),
+                                                      prefix=f'{name}.'))
+                   for name, settings in _METHOD_SECTIONS.items())
+  cfg = dataclasses.replace(config_load.build_dataclass(TrainConfig, mapping),
+                            method_sections=sections)
   config_checks.validate(cfg)
   config_placement.validate(cfg)
   return cfg
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
-  """Plain nested dict of a config, e.g. to store it next to a run."""
-  return dataclasses.asdict(cfg)
+  """Plain nested dict of a config, e.g. to store it next to a run; a method's section
+  is a top-level key like any other."""
+  d = dataclasses.asdict(cfg)
+  d.update(d.pop('method_sections', ()))
+  return d
 
 
 def write_json(cfg: TrainConfig, path: str | pathlib.Path) -> pathlib.Path:
@@ -430,10 +459,8 @@ def write_json(cfg: TrainConfig, path: str | pathlib.Path) -> pathlib.Path:
   """
   path = pathlib.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
-  # Written aside and renamed: a reader (another process of the run) never sees half a file.
-  tmp = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
-  tmp.write_text(json.dumps(to_dict(cfg), indent=1) + '\n', encoding='utf-8')
-  os.replace(tmp, path)
+  # A reader (another process of the run) never sees half a file.
+  write_atomically(path, json.dumps(to_dict(cfg), indent=1) + '\n')
   return path
 
 

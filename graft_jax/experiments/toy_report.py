@@ -31,7 +31,7 @@ def results_table(results: dict, baseline: str = "grpo", method: str = "graft",
     for g in groups:
       row += f"  {_pct(i['pass1'][g]):>8s} /{_pct(b['pass1'][g])} /{_pct(o['pass1'][g])}"
     lines.append(row)
-  lines.append("cost, both models: " + "; ".join(
+  lines.append("cost from step 1 on, both models (step 0 compiles): " + "; ".join(
       f"{label} {cost_text(results['runs'][label].get('cost'))}" for label in (baseline, method)))
   return "\n".join(lines)
 

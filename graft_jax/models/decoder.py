@@ -51,7 +51,7 @@ class Decoder(nnx.Module):
   `set_memory_options`) change how `hidden` runs the blocks, never what it
   computes. Blocks are `layers[i]` (per layer) or, under `scan_layers`,
   `stacks[j]` (parameters stacked on a layer axis, `layer_storage`); `score_tokens` bounds the tokens per pass of
-  `graft_jax.train.scoring.score_rows` and `kv_cache_bytes` the KV cache of
+  `graft_jax.train.row_logprobs.score_rows` and `kv_cache_bytes` the KV cache of
   one `graft_jax.rollout.JaxSamplerEngine` call.
   """
 

@@ -37,3 +37,15 @@ def summed(records) -> dict[str, float]:
         name = key[len("cost/"):]
         out[name] = out.get(name, 0.0) + float(value)
   return out
+
+
+def split_first_step(records) -> dict:
+  """``{"cost": ..., "cost_first_step": ...}``: the summed cost (`summed`) of the steps after
+  a run's first, and of its first. The first step compiles the sampler, the scorer and the
+  update, so its device-seconds measure the compile cache more than the method."""
+  steps = [r["step"] for r in records if "step" in r]
+  if not steps:
+    return {"cost": {}, "cost_first_step": {}}
+  first = min(steps)
+  return {"cost": summed([r for r in records if r.get("step") != first]),
+          "cost_first_step": summed([r for r in records if r.get("step") == first])}

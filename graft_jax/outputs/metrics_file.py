@@ -17,6 +17,7 @@ import pathlib
 import time
 from typing import Any, Mapping
 
+from graft_jax.atomic_file import fsync_dir, write_atomically
 from graft_jax.data.rows import DataError
 from graft_jax.outputs import storage
 
@@ -86,7 +87,7 @@ def repair(path: str | os.PathLike, *, first_step: int) -> list[tuple[dict[str, 
   text = "".join(line for _, line in kept)
   if text.encode("utf-8") != path.read_bytes():
     try:
-      storage.replace_atomically(path, text)
+      write_atomically(path, text)
     except OSError as e:
       raise storage.as_storage_error(e, path) or e
   return kept
@@ -127,7 +128,7 @@ class MetricsFile:
     st = os.fstat(self._fd)
     self._identity = (st.st_dev, st.st_ino)
     if created:
-      storage.fsync_dir(self.path.parent)
+      fsync_dir(self.path.parent)
 
   def _still_ours(self) -> bool:
     try:
@@ -147,7 +148,7 @@ class MetricsFile:
     else:
       log.warning("%s was deleted while the run wrote it; recreated it from the run's %d rows",
                   self.path, len(self._lines))
-    storage.replace_atomically(self.path, "".join(self._lines))
+    write_atomically(self.path, "".join(self._lines))
     self._open()
 
   def append(self, line: str) -> None:

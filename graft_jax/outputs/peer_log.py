@@ -22,13 +22,14 @@ import json
 import os
 import pathlib
 import re
-import secrets
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from graft_jax.atomic_file import write_atomically
 
 FORMAT_VERSION = 1
 _MANIFEST_RE = re.compile(r'^step_(\d{8})\.json$')
@@ -65,29 +66,6 @@ def unpad(values_BxL: np.ndarray, mask_BxL: np.ndarray) -> list[np.ndarray]:
 def _paths(model_dir: pathlib.Path, step: int) -> tuple[pathlib.Path, ...]:
   stem = f'step_{step:08d}'
   return model_dir / f'{stem}.parquet', model_dir / f'{stem}.json'
-
-
-def _atomic_write(path: pathlib.Path, data: bytes) -> None:
-  """tmp file in the same folder, fsync, rename, fsync the folder."""
-  tmp = path.with_name(f'.{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}')
-  try:
-    with open(tmp, 'wb') as f:
-      f.write(data)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  finally:
-    if tmp.exists():
-      tmp.unlink()
-  _fsync_dir(path.parent)
-
-
-def _fsync_dir(path: pathlib.Path) -> None:
-  fd = os.open(path, os.O_RDONLY)
-  try:
-    os.fsync(fd)
-  finally:
-    os.close(fd)
 
 
 def _ragged_array(rows: Sequence[Any], dtype: pa.DataType) -> pa.Array:
@@ -208,10 +186,10 @@ class PeerLogWriter:
     # Drop the old manifest first so a crash mid-rewrite reads as "no
     # manifest" rather than as a corrupted file.
     manifest_path.unlink(missing_ok=True)
-    _atomic_write(parquet_path, data)
+    write_atomically(parquet_path, data)
     manifest = dict(info, file=parquet_path.name, bytes=len(data),
                     sha256=hashlib.sha256(data).hexdigest(), rows=num)
-    _atomic_write(manifest_path, json.dumps(manifest, indent=1).encode())
+    write_atomically(manifest_path, json.dumps(manifest, indent=1).encode())
     self.cursor = step if self.cursor is None else max(self.cursor, step)
     return parquet_path
 

@@ -13,6 +13,8 @@ from graft_jax.outputs import metric_kinds as kinds
 
 
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+# The `scoring_calls` blocks open now, innermost last: each collects every call's tokens.
+_open_scoring: list[list[dict]] = []
 
 
 @contextlib.contextmanager
@@ -30,6 +32,29 @@ def compilations():
     yield out
   finally:
     monitoring.unregister_event_duration_listener(listen)
+
+
+@contextlib.contextmanager
+def scoring_calls():
+  """The tokens each teacher-forced scoring call (`graft_jax.train.row_logprobs`) computes
+  while the block runs, one ``{computed_tokens, padding_tokens}`` of `metric_kinds.SUM`
+  metrics per call, as the update declares its own: a step logs what each phase's
+  scoring computed, however deep in the phase the calls are made (a method's row
+  building scores the gate's peer rows itself). `scoring_metrics` sums them."""
+  calls: list[dict] = []
+  _open_scoring.append(calls)
+  try:
+    yield calls
+  finally:
+    _open_scoring.remove(calls)
+
+
+def count_scoring_call(computed_tokens: int, real_tokens: int) -> None:
+  """One scoring call's tokens, padding included, and its sequences' own, to every open
+  `scoring_calls` block."""
+  for calls in _open_scoring:
+    calls.append(kinds.metrics(kinds.SUM, computed_tokens=float(computed_tokens),
+                               padding_tokens=float(computed_tokens - real_tokens)))
 
 
 def stats_dict(stats) -> dict:
@@ -105,6 +130,15 @@ def update_metrics(per_update: list[list[dict]]) -> dict:
                                   if pooled[f"{side}_tokens"] else float("nan"))
   out["minibatch_updates"] = len(updates)
   return out
+
+
+def scoring_metrics(calls: list[dict]) -> dict:
+  """What one phase's scoring calls computed (`scoring_calls`):
+  their tokens, padding included, and the padding among them, each summed by its
+  reducer, and how many calls; zeros when the phase scored nothing."""
+  out = {"computed_tokens": 0.0, "padding_tokens": 0.0}
+  out.update({k: m.value for k, m in combined(calls).items()})
+  return {**out, "calls": len(calls)}
 
 
 def logp_mismatch(*measures: dict) -> dict:

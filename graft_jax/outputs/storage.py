@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import errno
 import os
-import pathlib
 import re
 
 # errno -> what to tell the person running the job.
@@ -86,26 +85,3 @@ def require_space(path: str | os.PathLike, nbytes: int, what: str) -> None:
   if free < nbytes:
     raise StorageError(path, f"{FAULTS[errno.ENOSPC]} for {what} (needs up to {nbytes:,} bytes, "
                        f"{free:,} free)", errno.ENOSPC)
-
-
-def fsync_dir(path: str | os.PathLike) -> None:
-  """Makes a rename or a new file in ``path`` durable."""
-  fd = os.open(path, os.O_RDONLY)
-  try:
-    os.fsync(fd)
-  finally:
-    os.close(fd)
-
-
-def replace_atomically(path: pathlib.Path, text: str) -> None:
-  """Writes ``text`` to ``path`` through a synced temporary file and a rename."""
-  tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-  try:
-    with open(tmp, "w", encoding="utf-8") as f:
-      f.write(text)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  finally:
-    tmp.unlink(missing_ok=True)
-  fsync_dir(path.parent)

@@ -91,21 +91,34 @@ def pack_sequences(seqs, row_length: int, pad_id: int, *, bins=None,
   num_rows = len(bins) if num_rows is None else num_rows
   if len(bins) > num_rows:
     raise ValueError(f"pack_sequences: {len(bins)} rows of sequences, room for {num_rows}")
-  ids = np.full((num_rows, row_length), pad_id, np.int32)
+  return PackedRows(*lay_out(seqs, bins, row_length, num_rows, fill=pad_id, dtype=np.int32))
+
+
+def lay_out(seqs, bins, row_length: int, num_rows: int, *, fill=0, dtype=np.int32):
+  """The right-padding of sequences (1-D, of ids or of per-token values): each bin's
+  sequences side by side from column 0 of its row of ``row_length``, ``fill`` after
+  them and in the rows past the bins. One bin per sequence is a right-padded batch.
+
+  Returns:
+    (values_RxL, segment_ids_RxL, row_N, start_N): a sequence's row and first column
+    (-1 for one in no bin) and its place in the row (j + 1; padding 0).
+  """
+  out = np.full((num_rows, row_length), fill, dtype)
   seg = np.zeros((num_rows, row_length), np.int32)
-  row_N = np.full(len(seqs), -1, np.int64)  # -1: a sequence in none of ``bins``
+  row_N = np.full(len(seqs), -1, np.int64)
   start_N = np.full(len(seqs), -1, np.int64)
   for r, members in enumerate(bins):
     col = 0
     for j, n in enumerate(members):
-      if col + lengths[n] > row_length:
-        raise ValueError(f"pack_sequences: row {r} holds {col + lengths[n]} tokens, "
+      k = len(seqs[n])
+      if col + k > row_length:
+        raise ValueError(f"pack_sequences: row {r} holds {col + k} tokens, "
                          f"more than its {row_length}")
-      ids[r, col:col + lengths[n]] = seqs[n]
-      seg[r, col:col + lengths[n]] = j + 1
+      out[r, col:col + k] = seqs[n]
+      seg[r, col:col + k] = j + 1
       row_N[n], start_N[n] = r, col
-      col += lengths[n]
-  return PackedRows(ids, seg, row_N, start_N)
+      col += k
+  return out, seg, row_N, start_N
 
 
 def plan_calls(lengths_N, row_length: int, rows: int,

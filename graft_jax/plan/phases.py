@@ -18,9 +18,10 @@ The phases are the ones the trainer records in each metrics row (``time/...``,
   (`length_packing.plan_micro_batches`), the optimizer step per minibatch, and (vLLM)
   each server's weight push;
 - compilation once per run (programs x seconds per program; vLLM: its servers' start),
-  validation at ``eval.every_steps`` (every model in turn, calls of 64 problems x k,
-  each waiting for its longest row; with the JAX slot pool, ``rollout.sampler='pool'``,
-  one call of the whole suite) and checkpoint writes at a stated rate.
+  validation at ``eval.every_steps`` (calls of 64 problems x k, each waiting for its
+  longest row; with the JAX slot pool, ``rollout.sampler='pool'``, one call of the whole
+  suite; the models in turn, or side by side where they sample so) and checkpoint
+  writes at a stated rate.
 
 FLOPs, bytes and rates are `graft_jax.plan.costs` and `step_time.Rates`.
 """
@@ -190,7 +191,7 @@ def plan_engine(cfg, models: dict, engine: str, devices: int, rates, a: Assumpti
   budget = cfg.perf.micro_batch_tokens
   tokens_R = np.minimum(a.prompt_mean + lengths.sample(rows), cap_total)
   terms = {phase: {} for phase in STEP_PHASES}
-  programs, validation_s, state_bytes = 0, 0.0, 0.0
+  programs, validation_by_model, state_bytes = 0, {}, 0.0
   flops_s = lambda f, mfu: f / (devices * mfu * rates.peak_flops)
   pool = engine == "jax" and cfg.rollout.sampler == "pool"
 
@@ -264,8 +265,8 @@ def plan_engine(cfg, models: dict, engine: str, devices: int, rates, a: Assumpti
     elif engine == "jax":
       sampler_shapes = {g.chunk} | {generate(mc, c, cfg.eval.k).chunk for c in set(calls)}
       programs += len(sampler_shapes)
-    validation_s += sum(generate(mc, c, cfg.eval.k, seed=i).seconds + verify(c * cfg.eval.k)
-                        for i, c in enumerate(calls))
+    validation_by_model[name] = sum(generate(mc, c, cfg.eval.k, seed=i).seconds
+                                    + verify(c * cfg.eval.k) for i, c in enumerate(calls))
     state_bytes += costs.all_params(mc) * (np.dtype(cfg.param_dtype).itemsize + 8)
   compile_s = programs * a.compile_s_per_program
   compile_detail = f"{programs} programs x {a.compile_s_per_program:.0f} s"
@@ -278,17 +279,21 @@ def plan_engine(cfg, models: dict, engine: str, devices: int, rates, a: Assumpti
   rate = a.host_copy_bytes_per_s if ck.async_save else a.disk_bytes_per_s
   per_write = state_bytes / rate
   v = validations(cfg, steps)
+  # Servers that share GPUs share their HBM: their sampling adds up. Validation samples
+  # side by side where the rollouts do (`Validator`).
+  parallel = (engine == "vllm" and cfg.rollout.concurrent != "off" and len(models) > 1
+              and not layout.shared)
+  per_model = list(validation_by_model.values())
+  validation_s = max(per_model, default=0.0) if parallel else sum(per_model)
   run_terms = {
       "compile": Term(compile_s, compile_detail),
       "validation": Term(v * validation_s, f"{v} x {validation_s:.0f} s "
                                            f"({len(eval_calls(cfg, pool=pool)) if v else 0} "
-                                           f"calls per model)"),
+                                           f"calls per model"
+                                           f"{', side by side' if parallel else ''})"),
       "checkpoint": Term(writes * per_write,
                          f"{writes} x {state_bytes / 1e9:.0f} GB at {rate / 1e9:.0f} GB/s "
                          f"({'device -> host, the write overlaps' if ck.async_save else 'disk'})")}
-  # Servers that share GPUs share their HBM: their sampling adds up.
-  parallel = (engine == "vllm" and cfg.rollout.concurrent != "off" and len(models) > 1
-              and not layout.shared)
   return EnginePlan(engine, devices, steps, terms, run_terms, parallel)
 
 

@@ -14,7 +14,7 @@ window, prompt bucket + new-token bucket slots, of each of its rows:
 
 with b the rows per device and S the window.
 
-The JAX slot pool (`graft_jax.rollout.continuous`, one device): one call, its
+The JAX slot pool (`graft_jax.rollout.continuous`): one call, its
 rows entering the pool's C slots as others leave (the schedule's makespan),
 each step reading every weight and, on XLA's decode attention, the whole window
 of every slot; each row prefills its own prompt (`pool_generate`).

@@ -14,10 +14,18 @@ differently padded cache). The pool runs the model one row at a time under
 tokens) where the cache window is whole blocks of 16 slots (a ``prefill_chunk``
 multiple of 16), elsewhere XLA's.
 
+Once the queue is empty the drain halves the pool whenever the live rows fit
+half of it, up to ``shrinks`` times, inside the same program
+(`graft_jax.rollout.slot_pool`). With a ``mesh`` the slots are split over its
+batch axes (data x fsdp), each device decoding its share of them from one
+queue: the same schedule, and so the same tokens, as on one device.
+
 After each `generate`, `last_metrics` holds the call's tokens generated, the
-mean slot occupancy (busy slot-steps over pool slot-steps) and the live KV
-bytes the decode attention needs per step (the keys and values of every
-busy row's prompt and response so far, every layer).
+mean slot occupancy (busy slot-steps over the slot-steps of the pool sizes
+that ran; ``slot_occupancy_full_pool``: over the whole pool at every step, as
+without shrinks) and the live KV bytes the decode attention needs per step
+(the keys and values of every busy row's prompt and response so far, every
+layer).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from graft_jax.rollout.decode_weights import decoding_weights
 from graft_jax.rollout.kv_budget import bucket, kv_bytes_per_row
 from graft_jax.rollout.slot_pool import run_pool
 from graft_jax.rollout.types import RolloutBatch, SamplingParams, check_generate_args
+from graft_jax.sharding import LogicalRules, batch_shards
 
 
 class ContinuousSamplerEngine:
@@ -55,12 +64,15 @@ class ContinuousSamplerEngine:
       measured against).
     decode_attention: 'auto' (the live-span kernel on a GPU where the window allows
       it, XLA's elsewhere), 'xla' or 'live' (`graft_jax.models.Decoder.set_decode_attention`).
+    shrinks: how many times the drain may halve the pool (refill only).
+    mesh: optional mesh whose batch axes split the slots (``slots`` a multiple of
+      their size); the weights are gathered out of those axes once per call.
   """
 
   def __init__(self, model, *, eos_ids: int | Sequence[int], pad_id: int, slots: int = 64,
                prefill_chunk: int = 16, max_prompt_len: int = 256, min_new_bucket: int = 16,
                min_batch_bucket: int = 1, cache_dtype=None, refill: bool = True,
-               decode_attention: str = "auto"):
+               decode_attention: str = "auto", shrinks: int = 2, mesh=None):
     self.eos_ids = tuple(int(e) for e in np.atleast_1d(eos_ids))
     if not self.eos_ids:
       raise ValueError("ContinuousSamplerEngine needs at least one EOS id")
@@ -69,6 +81,17 @@ class ContinuousSamplerEngine:
                        f"{slots} and {prefill_chunk}")
     self.pad_id = int(pad_id)
     self.slots = int(slots)
+    if shrinks < 0:
+      raise ValueError(f"ContinuousSamplerEngine: shrinks must be >= 0, got {shrinks}")
+    self.shrinks = int(shrinks) if refill else 0  # a static batch keeps its size
+    self.mesh, self.batch_axes, self.row_shards = mesh, (), 1
+    if mesh is not None:
+      spec = LogicalRules().spec(("batch",), mesh=mesh)[0]
+      self.batch_axes = () if spec is None else (spec,) if isinstance(spec, str) else tuple(spec)
+      self.row_shards = batch_shards(mesh)
+      if self.slots % self.row_shards:
+        raise ValueError(f"ContinuousSamplerEngine: slots ({self.slots}) must be a multiple of "
+                         f"the mesh's batch devices ({self.row_shards})")
     self.prefill_chunk = int(prefill_chunk)
     self.max_prompt_len = -(-int(max_prompt_len) // self.prefill_chunk) * self.prefill_chunk
     self.min_new_bucket = min_new_bucket
@@ -127,14 +150,14 @@ class ContinuousSamplerEngine:
       budget_R[:rows] = budgets
     greedy = params.temperature == 0
     out = run_pool(
-        self.graphdef, decoding_weights(self.state, self.dtype, ()), ids, lens, jnp.int32(rows),
-        budget_R, jax.random.key(params.seed),
+        self.graphdef, decoding_weights(self.state, self.dtype, self.batch_axes), ids, lens,
+        jnp.int32(rows), budget_R, jax.random.key(params.seed),
         jnp.float32(params.temperature if not greedy else 1.0), jnp.float32(params.top_p),
         n=n, slots=self.slots, max_new=bucket(steps, self.min_new_bucket),
         chunk=self.prefill_chunk, eos_ids=self.eos_ids, pad_id=self.pad_id, greedy=greedy,
         top_k=0 if greedy else min(params.top_k, self.vocab_size),
         use_top_p=not greedy and params.top_p < 1.0, cache_dtype=self.cache_dtype,
-        refill=self.refill)
+        refill=self.refill, shrinks=self.shrinks, mesh=self.mesh, batch_axes=self.batch_axes)
     out = jax.device_get(out)
     lengths = np.asarray(out.lengths_R[:rows])
     self.last_metrics = self._metrics(out, lengths)
@@ -150,8 +173,10 @@ class ContinuousSamplerEngine:
     """The call's tokens generated, mean slot occupancy and live KV bytes per decode step."""
     iterations = max(1, int(out.iterations))
     per_token = kv_bytes_per_row(self.model_cfg, slots=1, itemsize=self.kv_itemsize)
+    busy = float(out.busy_slot_steps)
     return {"tokens": float(lengths.sum()), "decode_steps": float(out.iterations),
-            "slot_occupancy": float(out.busy_slot_steps) / (iterations * self.slots),
+            "slot_occupancy": busy / max(1, int(out.pool_slot_steps)),
+            "slot_occupancy_full_pool": busy / (iterations * self.slots),
             "live_kv_bytes_per_step": float(out.live_kv_tokens) * per_token / iterations}
 
   def compiled_programs(self) -> int:

@@ -24,6 +24,10 @@ of the trainer's FSDP shards (`graft_jax.rollout.decode_weights`), once, so
 no decode step casts or gathers a weight. Under several processes each
 hands in only its devices' prompts (`graft_jax.distributed.to_global`) and the
 responses are gathered back (`to_host`).
+
+On one GPU a decode step attends in the live-span Pallas kernel
+(`graft_jax.backends.gpu.live_decode`): each row reads the KV blocks of its
+left-padded prompt and response so far, not the call's whole window.
 """
 
 from __future__ import annotations
@@ -63,13 +67,17 @@ class JaxSamplerEngine:
       side, each from its own host thread (None: `graft_jax.backends.sampler_streams()`); a call keeps
       at least `min_stream_rows` rows. Without a mesh only: a sharded call already
       spreads its rows over the devices.
+    decode_attention: how a decode step attends (`graft_jax.models.Decoder.set_decode_attention`);
+      None: the model's setting, whose 'auto' on one GPU is the live-span kernel
+      (`graft_jax.backends.live_decode_by_default`) where every window is whole blocks
+      of 16 slots (both minimum buckets multiples of 16). Over several devices: XLA's.
   """
 
   def __init__(self, model, *, eos_ids: int | Sequence[int], pad_id: int,
                min_prompt_bucket: int = 16, min_new_bucket: int = 16,
                min_batch_bucket: int = 1, cache_dtype=None, state_sharding=None,
                max_kv_bytes: int | None = None, mesh=None, streams: int | None = None,
-               min_stream_rows: int = 64):
+               min_stream_rows: int = 64, decode_attention: str | None = None):
     self.eos_ids = tuple(int(e) for e in np.atleast_1d(eos_ids))
     if not self.eos_ids:
       raise ValueError("JaxSamplerEngine needs at least one EOS id")
@@ -94,6 +102,7 @@ class JaxSamplerEngine:
     if mesh is not None:
       self.streams = 1
     self.min_stream_rows = int(min_stream_rows)
+    self.decode_attention = decode_attention
     self._compiled = set()  # call shapes this engine has run once already
     self.set_weights(model)
 
@@ -106,8 +115,12 @@ class JaxSamplerEngine:
     if isinstance(model, nnx.Module):
       self.graphdef, state = nnx.split(model)
       self.vocab_size = model.cfg.vocab_size
-      if self._devices() > 1:
-        self.graphdef = self._xla_decode_attention(self.graphdef, state)
+      impl = self._resolve_decode_attention(model.decode_attention)
+      if impl != model.decode_attention:
+        copy = nnx.merge(self.graphdef, state)  # the caller's model is left as it is
+        copy.set_decode_attention(impl)
+        self.graphdef = nnx.split(copy)[0]
+      self.decode_attention = impl
     else:
       state = model
     if self.state_sharding is not None:
@@ -120,16 +133,22 @@ class JaxSamplerEngine:
             if isinstance(s, jax.sharding.Sharding)]
     return max([len(d) for d in sets] + [self.mesh.size if self.mesh is not None else 1])
 
-  def _xla_decode_attention(self, graphdef, state):
-    """`graphdef` with XLA's decode attention: the CPU kernel
-    (`graft_jax.backends.cpu.decode_kernel`) runs whole rows on one device and has no
-    rule for splitting them over the mesh. The caller's model is left as it is."""
-    copy = nnx.merge(graphdef, state)
-    if copy.decode_attention == "kernel":
-      raise ValueError(f"decode_attention='kernel' runs on one device; this sampler is "
-                       f"sharded over {self._devices()}")
-    copy.set_decode_attention("xla")
-    return nnx.split(copy)[0]
+  def _resolve_decode_attention(self, model_impl: str) -> str:
+    """The decode attention this sampler traces: the one asked for (else the model's),
+    XLA's over several devices (the CPU kernel runs whole rows on one device and the
+    live kernel is a per-row program, neither with a rule for splitting rows over the
+    mesh), and on one GPU the live-span kernel for 'auto' where every call's window,
+    the prompt bucket + the new-token bucket, is whole blocks of 16 slots."""
+    impl = self.decode_attention or model_impl
+    if self._devices() > 1:
+      if impl == "kernel":
+        raise ValueError(f"decode_attention='kernel' runs on one device; this sampler is "
+                         f"sharded over {self._devices()}")
+      return "xla"
+    whole_blocks = self.min_prompt_bucket % 16 == 0 and self.min_new_bucket % 16 == 0
+    if impl == "auto" and whole_blocks and backends.live_decode_by_default():
+      return "live"
+    return impl
 
   def generate(self, prompts: Sequence[Sequence[int]], n: int,
                params: SamplingParams) -> RolloutBatch:

@@ -7,9 +7,11 @@ into the call's decode cache, allocated once at its final size (prompt_len +
 max_new slots) before the loop; the loop is one `lax.while_loop` that stops
 when every row has hit EOS. XLA's decode attention reads the whole cache (a
 window of it would be a copy per step, costlier than the slots it skips); the
-CPU kernel reads each row's live span only. A row that has finished attends
-to its current slot alone, so the kernel skips its cache; its tokens are pad
-from then on and nothing reads its logits.
+CPU kernel, and on a GPU the live-span Pallas kernel
+(`graft_jax.backends.gpu.live_decode`, `JaxSamplerEngine`'s default there),
+read each row's live span only. A row that has finished attends to its
+current slot alone, so the kernels skip its cache; its tokens are pad from
+then on and nothing reads its logits.
 """
 
 from __future__ import annotations

@@ -19,11 +19,29 @@ batched over the rows.
 Token ``t`` of request ``r`` draws `graft_jax.rollout.sampling.uniforms_at`
 under ``fold_in(key, t)`` for row ``r``, the number the static sampler
 (`graft_jax.rollout.sampler`) draws for that row and step: a row's tokens do
-not depend on its slot or on when it started.
+not depend on its slot, on when it started, nor on the device it runs on.
+
+The drain. Once the queue is empty the pool only loses rows, and a step
+costs the whole pool however few are left. With ``shrinks`` > 0, whenever
+the live rows fit half the pool they move into a pool of half the slots
+(their cache rows and state gathered once), up to ``shrinks`` times: the
+tail's steps run on smaller shapes. Each smaller size is another loop in the same
+program, not another program.
+
+On a mesh the slots are split over its batch axes (``shard_map``): each
+device holds ``slots / devices`` slots and their cache rows, and runs the
+model on them with the weights whole (or as the mesh's other axes split
+them). The queue stays one queue: each refill gives the waiting requests to
+the free slots in the order of the slots' global index (device-major), as
+one device would, so the pool decodes the schedule it decodes on one device;
+a shrink halves every device's share, once each device's live rows fit half
+of it. Per refill and step the devices exchange their free and live slot
+counts alone; each writes its requests' tokens into its copy of the outputs,
+summed over the devices at the end.
 
 One compiled program covers any prompt lengths up to the prompt capacity
 (the chunk count is traced); it is specialised only on the pool, the
-request count bucket, the token budget bucket and the sampling flags.
+request count bucket, the token budget bucket, the sampling flags and the mesh.
 """
 
 from __future__ import annotations
@@ -34,6 +52,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.sharding import PartitionSpec
 
 from graft_jax.rollout.sampling import sample_step, uniforms_at
 
@@ -45,11 +64,12 @@ class PoolOutput(NamedTuple):
   finished_R: jax.Array        # bool, ended with EOS
   iterations: jax.Array        # int32 decode steps of the pool
   busy_slot_steps: jax.Array   # int32 sum over steps of the slots decoding a request
+  pool_slot_steps: jax.Array   # int32 sum over steps of the pool's slots (busy or not)
   live_kv_tokens: jax.Array    # float32 sum over steps and busy slots of the keys attended
 
 
 class _Pool(NamedTuple):
-  next_req: jax.Array      # the first request not yet admitted
+  next_req: jax.Array      # the first request not yet admitted (the same on every device)
   req_B: jax.Array         # each slot's request (meaningless where not busy)
   step_B: jax.Array        # tokens the slot's request has sampled
   base_B: jax.Array        # cache slot of the request's first response token
@@ -61,9 +81,37 @@ class _Pool(NamedTuple):
   out: PoolOutput
 
 
+class _Devices(NamedTuple):
+  """The devices the slots are split over: the mesh axes ``axes`` (none: one device),
+  ``count`` of them; their reductions, the identity on one device."""
+  axes: tuple[str, ...]
+  count: int
+
+  def index(self):
+    return jax.lax.axis_index(self.axes) if self.axes else 0
+
+  def gather(self, x):
+    return jax.lax.all_gather(x, self.axes) if self.axes else x[None]
+
+  def sum(self, x):
+    return jax.lax.psum(x, self.axes) if self.axes else x
+
+  def max(self, x):
+    return jax.lax.pmax(x, self.axes) if self.axes else x
+
+
 def prompt_slots(prompt_len, chunk: int):
   """Cache slots a prompt of ``prompt_len`` tokens takes: the next multiple of ``chunk``."""
   return -(-prompt_len // chunk) * chunk
+
+
+def pool_sizes(slots: int, shrinks: int) -> tuple[int, ...]:
+  """The pool sizes a call may run: ``slots``, then halved (rounded up) ``shrinks``
+  times, stopping at one slot."""
+  sizes = [slots]
+  while len(sizes) <= shrinks and sizes[-1] > 1:
+    sizes.append(-(-sizes[-1] // 2))
+  return tuple(sizes)
 
 
 def _row(tree, i):
@@ -113,13 +161,24 @@ def decode_rows(model, token_B, position_B, kv_mask_BxS, cache, index_B):
   return jax.vmap(one)(token_B, position_B, kv_mask_BxS, cache, index_B)
 
 
+def _compact(pool: _Pool, size: int) -> _Pool:
+  """The busy slots (at most ``size``) moved, in slot order, into a pool of ``size``."""
+  keep_K = jnp.argsort((~pool.busy_B).astype(jnp.int32), stable=True)[:size]
+  take = lambda x: jnp.take(x, keep_K, axis=0)
+  return pool._replace(req_B=take(pool.req_B), step_B=take(pool.step_B),
+                       base_B=take(pool.base_B), plen_B=take(pool.plen_B),
+                       busy_B=take(pool.busy_B), logits_BxV=take(pool.logits_BxV),
+                       kv_mask_BxS=take(pool.kv_mask_BxS), cache=jax.tree.map(take, pool.cache))
+
+
 @functools.partial(jax.jit, static_argnames=(
     "graphdef", "n", "slots", "max_new", "chunk", "eos_ids", "pad_id", "greedy", "top_k",
-    "use_top_p", "cache_dtype", "refill"))
+    "use_top_p", "cache_dtype", "refill", "shrinks", "mesh", "batch_axes"))
 def run_pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, budget_R, key,
              temperature, top_p, *, n: int, slots: int, max_new: int, chunk: int,
              eos_ids: tuple[int, ...], pad_id: int, greedy: bool, top_k: int, use_top_p: bool,
-             cache_dtype=None, refill: bool = True) -> PoolOutput:
+             cache_dtype=None, refill: bool = True, shrinks: int = 0, mesh=None,
+             batch_axes: tuple[str, ...] = ()) -> PoolOutput:
   """Samples the first ``num_requests`` (traced) of P * n requests in a pool of ``slots``.
 
   ``prompts_PxL`` holds each prompt left-aligned, ``prompt_len_P`` their lengths
@@ -127,40 +186,76 @@ def run_pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, budget_R,
   ``budget_R[r]`` (<= ``max_new``) tokens. Cache rows hold L + max_new slots.
   Without ``refill`` requests enter only when every slot is free: a static batch
   of ``slots`` rows that decodes until its longest row stops, on the same counters.
+  ``shrinks``: how many times the drain may halve the pool. With a ``mesh``, the
+  slots are split over its ``batch_axes`` (``slots`` a multiple of their size).
   """
+  args = (state, prompts_PxL, prompt_len_P, num_requests, budget_R, key, temperature, top_p)
+  kw = dict(n=n, max_new=max_new, chunk=chunk, eos_ids=eos_ids, pad_id=pad_id, greedy=greedy,
+            top_k=top_k, use_top_p=use_top_p, cache_dtype=cache_dtype, refill=refill,
+            shrinks=shrinks)
+  if mesh is None or not batch_axes:
+    return _pool(graphdef, *args, devices=_Devices((), 1), slots=slots, **kw)
+  count = 1
+  for a in batch_axes:
+    count *= mesh.shape[a]
+  body = functools.partial(_pool, graphdef, devices=_Devices(tuple(batch_axes), count),
+                           slots=slots // count, **kw)
+  # Every input and output whole on every device; the slots split inside.
+  return jax.shard_map(body, mesh=mesh, in_specs=PartitionSpec(), out_specs=PartitionSpec(),
+                       check_vma=False)(*args)
+
+
+def _pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, budget_R, key, temperature,
+          top_p, *, devices: _Devices, slots: int, n: int, max_new: int, chunk: int,
+          eos_ids: tuple[int, ...], pad_id: int, greedy: bool, top_k: int, use_top_p: bool,
+          cache_dtype, refill: bool, shrinks: int) -> PoolOutput:
+  """`run_pool` on one device's ``slots`` slots, the queue shared with ``devices``."""
   model = nnx.merge(graphdef, state)
   r = prompts_PxL.shape[0] * n
   width = prompts_PxL.shape[1] + max_new
   eos_E = jnp.asarray(eos_ids, jnp.int32)
   zeros = lambda dt: jnp.zeros((slots,), dt)
-  out = PoolOutput(jnp.full((r, max_new), pad_id, jnp.int32), jnp.zeros((r, max_new), jnp.float32),
-                   jnp.zeros((r,), jnp.int32), jnp.zeros((r,), bool), jnp.int32(0), jnp.int32(0),
-                   jnp.float32(0))
+  # Each device writes only its requests' entries: zeros elsewhere, summed at the end.
+  out = PoolOutput(jnp.zeros((r, max_new), jnp.int32), jnp.zeros((r, max_new), jnp.float32),
+                   jnp.zeros((r,), jnp.int32), jnp.zeros((r,), jnp.int32), jnp.int32(0),
+                   jnp.int32(0), jnp.int32(0), jnp.float32(0))
   init = _Pool(jnp.int32(0), zeros(jnp.int32), zeros(jnp.int32), zeros(jnp.int32),
                zeros(jnp.int32), zeros(bool),
                jnp.zeros((slots, model.cfg.vocab_size), jnp.float32),
                jnp.zeros((slots, width), bool), model.init_cache(slots, width, cache_dtype), out)
 
-  def admit(pool: _Pool) -> _Pool:
-    """The next request into the first free slot."""
+  def admit(req, pool: _Pool) -> _Pool:
+    """Request ``req`` into this device's first free slot."""
     slot = jnp.argmin(pool.busy_B)
-    prompt = pool.next_req // n
+    prompt = req // n
     plen = prompt_len_P[prompt]
     logits_V, cache_row, kv_mask_S = prefill_row(
         model, prompts_PxL[prompt], plen, _row(pool.cache, slot), chunk=chunk, pad_id=pad_id)
     put = lambda x_B, v: x_B.at[slot].set(v)
     return pool._replace(
-        next_req=pool.next_req + 1, req_B=put(pool.req_B, pool.next_req),
-        step_B=put(pool.step_B, 0), base_B=put(pool.base_B, prompt_slots(plen, chunk)),
-        plen_B=put(pool.plen_B, plen), busy_B=put(pool.busy_B, True),
-        logits_BxV=put(pool.logits_BxV, logits_V), kv_mask_BxS=put(pool.kv_mask_BxS, kv_mask_S),
+        req_B=put(pool.req_B, req), step_B=put(pool.step_B, 0),
+        base_B=put(pool.base_B, prompt_slots(plen, chunk)), plen_B=put(pool.plen_B, plen),
+        busy_B=put(pool.busy_B, True), logits_BxV=put(pool.logits_BxV, logits_V),
+        kv_mask_BxS=put(pool.kv_mask_BxS, kv_mask_S),
         cache=_set_row(pool.cache, cache_row, slot))
 
-  can_admit = lambda pool: (pool.next_req < num_requests) & ~jnp.all(pool.busy_B)
+  def refill_slots(pool: _Pool) -> _Pool:
+    """The waiting requests into the free slots, in the order of the slots' global index."""
+    free_D = devices.gather(slots - pool.busy_B.sum(dtype=jnp.int32))
+    first = pool.next_req + jnp.cumsum(free_D)[devices.index()] - free_D[devices.index()]
+    take = jnp.clip(num_requests - first, 0, free_D[devices.index()])
+    admitted = jnp.clip(num_requests - pool.next_req, 0, free_D.sum())
+    if not refill:  # a static batch fills an empty pool
+      opens = devices.sum(pool.busy_B.sum(dtype=jnp.int32)) == 0
+      take, admitted = jnp.where(opens, take, 0), jnp.where(opens, admitted, 0)
+    _, pool = jax.lax.while_loop(lambda c: c[0] < take,
+                                 lambda c: (c[0] + 1, admit(first + c[0], c[1])),
+                                 (jnp.int32(0), pool))
+    return pool._replace(next_req=pool.next_req + admitted)
 
-  def step(pool: _Pool) -> _Pool:
-    opens = True if refill else ~jnp.any(pool.busy_B)  # a static batch fills an empty pool
-    pool = jax.lax.while_loop(lambda p: can_admit(p) & opens, admit, pool)
+  def step(pool: _Pool, size: int) -> _Pool:
+    """One token in every busy slot of a pool of ``size``, and the new tokens through
+    the model."""
     busy_B = pool.busy_B
     uniforms_B = jax.vmap(lambda t, row: uniforms_at(jax.random.fold_in(key, t), row[None])[0])(
         pool.step_B, pool.req_B)
@@ -184,11 +279,35 @@ def run_pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, budget_R,
                                     kv_mask_BxS, pool.cache, index_B)
     out = PoolOutput(
         tokens_RxM, logp_RxM, o.lengths_R.at[ended_R].set(step_B, mode="drop"),
-        o.finished_R.at[ended_R].set(eos_B, mode="drop"), o.iterations + 1,
+        o.finished_R.at[ended_R].set(eos_B.astype(jnp.int32), mode="drop"), o.iterations + 1,
         o.busy_slot_steps + busy_B.sum(dtype=jnp.int32),
+        o.pool_slot_steps + size * devices.count,
         o.live_kv_tokens + jnp.where(busy_B, pool.plen_B + step_B, 0).sum(dtype=jnp.float32))
     return pool._replace(step_B=step_B, busy_B=busy_B & ~ends_B, logits_BxV=logits_BxV,
                          kv_mask_BxS=kv_mask_BxS, cache=cache, out=out)
 
-  more = lambda pool: (pool.next_req < num_requests) | jnp.any(pool.busy_B)
-  return jax.lax.while_loop(more, step, init).out
+  live = lambda pool: pool.busy_B.sum(dtype=jnp.int32)
+  queued = lambda pool: pool.next_req < num_requests
+  more = lambda pool: queued(pool) | (devices.sum(live(pool)) > 0)
+  sizes = pool_sizes(slots, shrinks)
+  pool = init
+  for k, size in enumerate(sizes):
+    if k:
+      pool = _compact(pool, size)
+    if k + 1 < len(sizes):
+      half = sizes[k + 1]
+      fits = lambda pool, half=half: ~queued(pool) & (devices.max(live(pool)) <= half)
+      goes_on = lambda pool, fits=fits: more(pool) & ~fits(pool)
+    else:
+      goes_on = more
+    # The queue is empty by the first shrink: the smaller pools only decode.
+    body = (lambda pool: step(refill_slots(pool), slots)) if k == 0 else functools.partial(
+        step, size=size)
+    pool = jax.lax.while_loop(goes_on, body, pool)
+  o = pool.out
+  lengths_R = devices.sum(o.lengths_R)
+  written_RxM = jnp.arange(max_new)[None] < lengths_R[:, None]
+  return PoolOutput(jnp.where(written_RxM, devices.sum(o.tokens_RxM), pad_id),
+                    devices.sum(o.logp_RxM), lengths_R, devices.sum(o.finished_R) > 0,
+                    o.iterations, devices.sum(o.busy_slot_steps), o.pool_slot_steps,
+                    devices.sum(o.live_kv_tokens))

@@ -13,7 +13,7 @@ from graft_jax import core, distributed
 from graft_jax.config.checks import ConfigError
 from graft_jax.rewards import RewardError
 from graft_jax.rollout import RolloutBatch, SamplingParams
-from graft_jax.train.scoring import mean_or_nan
+from graft_jax.train.row_logprobs import mean_or_nan
 
 
 @dataclasses.dataclass
@@ -130,8 +130,8 @@ def _generate(policy, prompt_ids, cfg, seed: int, timings: dict, origin: float) 
   return batch
 
 
-def samples_concurrently(policies: dict, cfg) -> bool:
-  """Whether `collect_all` samples the models side by side (``rollout.concurrent``).
+def samples_concurrently(policies: dict, mode: str) -> bool:
+  """Whether the models sample (and validate) side by side, ``rollout.concurrent`` = ``mode``.
 
   Only engines that run out of process (a vLLM server each: ``out_of_process``)
   sample side by side: JAX samplers share the trainer's devices. Under several
@@ -139,7 +139,6 @@ def samples_concurrently(policies: dict, cfg) -> bool:
   through a collective, which every process must enter in the same order, so the
   models take turns there too. ``'on'`` stops the run where it cannot hold.
   """
-  mode = cfg.rollout.concurrent
   if mode == "off":
     return False
   inside = [n for n, p in policies.items() if not getattr(p.engine, "out_of_process", False)]
@@ -181,7 +180,8 @@ def collect_all(policies: dict, problems, cfg, reward_fn, seeds: dict,
   def sample(name):
     return _generate(policies[name], prompt_ids[name], cfg, seeds[name], own[name], origin)
   rolls = {}
-  batches = _batches(list(policies), sample, samples_concurrently(policies, cfg))
+  batches = each_model(list(policies), sample, samples_concurrently(policies,
+                                                                    cfg.rollout.concurrent))
   with contextlib.closing(batches):  # an error here lets the threads go at once
     for name, batch in batches:
       rolls[name] = rollout_from_batch(policies[name], problems, batch, prompt_ids[name],
@@ -190,7 +190,7 @@ def collect_all(policies: dict, problems, cfg, reward_fn, seeds: dict,
   return rolls
 
 
-def _batches(names: list, sample, side_by_side: bool):
+def each_model(names: list, sample, side_by_side: bool):
   """``(name, sample(name))`` in ``names``' order; side by side, each in its own thread
   and the first failure raised as soon as it happens."""
   if not side_by_side:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graft_jax.train.scoring import mean_or_nan, score_rows
+from graft_jax.train.row_logprobs import score_rows
 from graft_jax.train.update_rows import Rows, typed_batch
 
 
@@ -60,7 +60,7 @@ def rows_to_score(rows: Rows, method, first_minibatch, cfg) -> np.ndarray:
 
 def score_own_rows(policy, rows: Rows, method, first_minibatch, cfg) -> dict:
   """Scores `rows_to_score` under the policy's current (behavior) parameters, in
-  place: their ``old_logp`` and ``src_mean_logp``. Returns how many rows were
+  place: their ``old_logp``. Returns how many rows were
   scored, and the sampler / old-policy gap over their tokens as a sum, a count
   and a max (pooled with the update's own measure: `metrics.logp_mismatch`)."""
   idx = rows_to_score(rows, method, first_minibatch, cfg)
@@ -80,7 +80,6 @@ def score_own_rows(policy, rows: Rows, method, first_minibatch, cfg) -> dict:
   for i, old in zip(idx, logp):
     gaps.append(np.abs(rows.old_logp[i] - old))  # the placeholder is the sampler's
     rows.old_logp[i] = np.asarray(old, np.float32)
-    rows.src_mean_logp[i] = mean_or_nan(old)
     rows.old_logp_pending[i] = False
   gap = np.concatenate(gaps)
   if gap.size:

@@ -78,6 +78,7 @@ def stack(rows_tree, bins_M, rows: int, length: int, slots: int, pad_id: int = 0
   after the real ones."""
   batch = rows_tree[0]
   ids_BxT, attn_BxT = np.asarray(batch.ids), np.asarray(batch.attn, bool)
+  seqs = [ids_BxT[n, :k] for n, k in enumerate(attn_BxT.sum(axis=1))]  # right-padded rows
   view = rows * SEQS_PER_ROW
   pos = {f: np.zeros((slots, view) if f in ("row", "start") else (slots, rows, length), np.int32)
          for f in ("ids", "segment_ids", "row", "start")}
@@ -85,18 +86,15 @@ def stack(rows_tree, bins_M, rows: int, length: int, slots: int, pad_id: int = 0
   order = np.zeros((slots, view), np.int64)
   real = np.zeros((slots, view), bool)
   for m, packed_rows in enumerate(bins_M):
+    packed = sequence_packing.pack_sequences(seqs, length, pad_id, bins=packed_rows, num_rows=rows)
+    pos["ids"][m], pos["segment_ids"][m] = packed.ids_RxL, packed.segment_ids_RxL
     for r, members in enumerate(packed_rows):
-      col = 0
       for j, n in enumerate(members):
         # Packed row r's sequences take row-view rows r * K + j: a device's packed
         # rows and their row view lie in the same block of a split over devices.
         v = r * SEQS_PER_ROW + j
-        k = int(attn_BxT[n].sum())
-        pos["ids"][m, r, col:col + k] = ids_BxT[n, :k]
-        pos["segment_ids"][m, r, col:col + k] = j + 1
-        pos["row"][m, v], pos["start"][m, v] = r, col
+        pos["row"][m, v], pos["start"][m, v] = packed.row_N[n], packed.start_N[n]
         order[m, v], real[m, v] = n, True
-        col += k
 
   def cut(x):
     x = np.asarray(x)

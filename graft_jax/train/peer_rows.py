@@ -18,7 +18,7 @@ import numpy as np
 
 from graft_jax import core
 from graft_jax.train.update_rows import KIND_PPO, Rows
-from graft_jax.train.scoring import mean_or_nan, score_rows
+from graft_jax.train.row_logprobs import mean_or_nan, score_rows
 
 
 def add_own_group(rows: Rows, roll, q: int, adv_N=None, kind: int = KIND_PPO) -> None:
@@ -27,8 +27,7 @@ def add_own_group(rows: Rows, roll, q: int, adv_N=None, kind: int = KIND_PPO) ->
   for j in range(n):
     b = q * n + j
     rows.add(roll.prompt_ids[q], roll.response_ids[b], q, adv=adv_N[j], kind=kind,
-             old_logp=roll.old_logp[b], src_mean_logp=mean_or_nan(roll.old_logp[b]),
-             old_logp_pending=roll.old_logp_pending_B[b])
+             old_logp=roll.old_logp[b], old_logp_pending=roll.old_logp_pending_B[b])
 
 
 def own_rows(roll) -> Rows:

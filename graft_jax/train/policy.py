@@ -105,7 +105,7 @@ def make_policy(name: str, model, tokenizer, opt_cfg, prompt_suffix: str, *,
   state ever sits whole on one device. The compiled update keeps both.
   ``sampler_streams`` is the engine's ``streams`` (0: its default).
   ``pool`` (a `PoolSettings`) swaps the static sampler for the slot pool
-  (`ContinuousSamplerEngine`), which runs on one device.
+  (`ContinuousSamplerEngine`), its slots split over the mesh's batch axes.
   """
   tx = make_optimizer(opt_cfg)
   param_sharding = opt_sharding = None
@@ -122,14 +122,11 @@ def make_policy(name: str, model, tokenizer, opt_cfg, prompt_suffix: str, *,
     engine = JaxSamplerEngine(model, eos_ids=tokenizer.eos_token_id,
                               pad_id=tokenizer.pad_token_id, state_sharding=param_sharding,
                               mesh=mesh, streams=sampler_streams or None)
-  elif mesh is not None:
-    raise ValueError(f"{name}: rollout.sampler='pool' runs on one device; this run has a mesh "
-                     f"(use rollout.sampler='static')")
   else:
     engine = ContinuousSamplerEngine(model, eos_ids=tokenizer.eos_token_id,
                                      pad_id=tokenizer.pad_token_id, slots=pool.slots,
                                      prefill_chunk=pool.prefill_chunk,
-                                     max_prompt_len=pool.max_prompt_len)
+                                     max_prompt_len=pool.max_prompt_len, mesh=mesh)
   ref = jax.tree.map(np.asarray, params) if keep_reference else None
   return Policy(name, graphdef, params, opt_state, tx, tokenizer, engine, prompt_suffix, ref, mesh,
                 param_sharding, opt_sharding)

@@ -7,7 +7,7 @@ import numpy as np
 from graft_jax import core
 from graft_jax.rollout import RolloutBatch
 from graft_jax.train.collect import Rollout, check_successes
-from graft_jax.train.scoring import mean_or_nan
+from graft_jax.train.row_logprobs import mean_or_nan
 
 
 class ReplaySource:

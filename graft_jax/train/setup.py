@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from graft_jax import compile_cache, distributed
 from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.models.attention import describe_impl
-from graft_jax.sharding import (describe_mesh, format_bytes, make_mesh,
+from graft_jax.sharding import (batch_shards, describe_mesh, format_bytes, make_mesh,
                                 max_bytes_per_device)
 from graft_jax.config.run_config import ConfigError, policy_configs
 from graft_jax.train.update import micro_batch_budget
@@ -130,9 +130,11 @@ def build_mesh(cfg):
   log.info("%s", describe_mesh(mesh))
   if mesh.size == 1:
     return None
-  if PoolSettings.from_config(cfg) is not None:
-    raise ConfigError(f"rollout.sampler='pool' runs on one device; the mesh has {mesh.size} "
-                      f"(use rollout.sampler='static')", field="rollout.sampler")
+  pool = PoolSettings.from_config(cfg)
+  if pool is not None and pool.slots % batch_shards(mesh):
+    raise ConfigError(f"rollout.pool_slots={pool.slots} must be a multiple of the mesh's "
+                      f"{batch_shards(mesh)} batch devices, which split the slots",
+                      field="rollout.pool_slots")
   jax.set_mesh(mesh)
   return mesh
 

@@ -89,9 +89,11 @@ def _train_step(cfg, policies: dict, problems, reward_fn, key, *, method, epoch:
   timings["peers_s"] = time.perf_counter() - t0
 
   t0 = time.perf_counter()
-  built = method.build_rows(policies, rolls, peers, key)
+  with step_metrics.scoring_calls() as exchange_calls:  # the gate's peer rows, a method's own
+    built = method.build_rows(policies, rolls, peers, key)
   timings["exchange_s"] = time.perf_counter() - t0
-  metrics = {"time": timings, **method.step_metrics(built)}
+  metrics = {"time": timings, **method.step_metrics(built),
+             "exchange_scoring": step_metrics.scoring_metrics(exchange_calls)}
   for name, roll in rolls.items():
     metrics[name] = step_metrics.rollout_metrics(roll)
     metrics[name].update(step_metrics.built_metrics(built).get(name, {}))
@@ -100,12 +102,14 @@ def _train_step(cfg, policies: dict, problems, reward_fn, key, *, method, epoch:
     order = minibatches(rows, len(problems), method, cfg.ppo_epochs,
                         jax.random.fold_in(key, 3000 + i))
     t0 = time.perf_counter()
-    scored = old_logprobs.score_own_rows(policies[name], rows, method, order[0], cfg)
+    with step_metrics.scoring_calls() as old_logp_calls:
+      scored = old_logprobs.score_own_rows(policies[name], rows, method, order[0], cfg)
     timings[f"{name}/old_logp_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     updates = run_updates(policies[name], rows, order, cfg, method)
     timings[f"{name}/update_s"] = time.perf_counter() - t0
     metrics[name].update(step_metrics.logp_mismatch(scored, updates),
-                         old_logp_rows_scored=scored["old_logp_rows_scored"], update=updates)
+                         old_logp_rows_scored=scored["old_logp_rows_scored"], update=updates,
+                         old_logp=step_metrics.scoring_metrics(old_logp_calls))
   metrics["cost"] = cost.step_cost(cfg, {n: policies[n] for n in rolls}, metrics)
   return metrics, rolls

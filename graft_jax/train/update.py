@@ -42,7 +42,7 @@ from graft_jax.sharding import batch_shards, batch_sharding
 from graft_jax.packing import length_packing
 from graft_jax.train import packed_micro_batches
 from graft_jax.outputs import metric_kinds as kinds
-from graft_jax.train.update_rows import ROW_FIELDS, TOKEN_FIELDS
+from graft_jax.train.update_rows import TOKEN_FIELDS, field_dtypes
 
 # Tokens per gradient micro-batch when the config leaves it to the backend (0): on a
 # CPU the speed benchmark's setting, whose working set stays in cache (BENCHMARKS.md).
@@ -168,7 +168,7 @@ def update_program(graphdef, params, tx, loss, *, rows: int, length: int, slots:
   grads, apply = update_programs(graphdef, tx, loss, mesh=mesh, param_sharding=param_sharding,
                                  opt_sharding=opt_sharding)
   spec = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype)
-  dtypes = {**TOKEN_FIELDS, **ROW_FIELDS}
+  dtypes = field_dtypes(loss.Batch)
   stack = (loss.Batch(**{k: spec((slots, rows, length) if k in TOKEN_FIELDS else (slots, rows),
                                  dtypes[k]) for k in loss.Batch.__dataclass_fields__}),
            spec((slots, rows), jnp.float32))

@@ -47,6 +47,7 @@ def test_throughputs_follow_from_the_timings(report):
   s = out["sampler"]
   assert 0 < s["tokens"] <= s["rows"] * s["max_new_tokens"]
   assert s["tokens_per_s"] == pytest.approx(s["tokens"] / s["seconds"])
+  assert s["decode_attention"] == "auto"  # on a CPU; 'live' on a GPU (the live-span kernel)
 
 
 def test_an_unknown_section_is_one_line():

@@ -75,7 +75,11 @@ def test_paper_defaults():
   assert (cfg.max_prompt_len, cfg.max_response_len) == (2048, 4096)
   assert (cfg.clip_low, cfg.clip_high, cfg.graft.delta) == (0.2, 0.28, 0.8)
   assert cfg.optimizer.lr == 1e-6 and cfg.optimizer.weight_decay == 0.01
-  assert (cfg.eval.temperature, cfg.eval.top_p, cfg.eval.k) == (0.6, 0.95, 8)
+  assert (cfg.eval.temperature, cfg.eval.top_p) == (0.6, 0.95)
+  # The paper validates every 5 steps at k=8 (the defaults); the pair configs twice an
+  # epoch at k=4, within the plan's validation budget (tests/plan/test_phases.py).
+  assert (config_lib.EvalConfig().every_steps, config_lib.EvalConfig().k) == (5, 8)
+  assert (cfg.eval.every_steps, cfg.eval.k) == (29, 4)
   assert cfg.hacpo.ratio_clamp == (0.1, 10.0)
   # MATH train: 7500 // 128 = 58 full batches per epoch, 3 epochs.
   assert cfg.num_steps(7500) == 174
@@ -249,7 +253,7 @@ def test_check_paths(tmp_path):
   with pytest.raises(FileNotFoundError, match='data.train_path: no such'):
     config_lib.check_paths(config_lib.from_config_dict(d))
   data.write_text('{}\n')
-  # Validation every 5 steps on the paper's benchmarks needs their folder.
+  # Validation on the paper's benchmarks needs their folder.
   with pytest.raises(config_lib.PathError, match='eval.data_dir: not set; it holds the validation '
                      'benchmarks math500, aime24, aime25, amc23, minerva'):
     config_lib.check_paths(config_lib.from_config_dict(d))

@@ -13,5 +13,5 @@ def test_results_table_cost_line():
                       "graft": {"evals": _evals(0.3),
                                 "cost": {"device_s": 1234.4, "update_flops": 5.0e12}}}}
   text = toy_report.results_table(results)
-  assert text.splitlines()[-1] == ("cost, both models: grpo —; graft 1234 device-s, "
-                                   "5.00e+12 update FLOPs")
+  assert text.splitlines()[-1] == ("cost from step 1 on, both models (step 0 compiles): "
+                                   "grpo —; graft 1234 device-s, 5.00e+12 update FLOPs")

@@ -109,14 +109,14 @@ def test_crash_leftovers_are_ignored(tmp_path):
 def test_crash_during_rewrite_reads_as_no_manifest(tmp_path, monkeypatch):
   w = _writer(tmp_path)
   w.write(1, **_rows([1, 2]))
-  real = peer_log._atomic_write
+  real = peer_log.write_atomically
 
   def crash_on_manifest(path, data):
     if path.suffix == '.json':
       raise OSError('disk full')
     real(path, data)
 
-  monkeypatch.setattr(peer_log, '_atomic_write', crash_on_manifest)
+  monkeypatch.setattr(peer_log, 'write_atomically', crash_on_manifest)
   with pytest.raises(OSError):
     w.write(1, **_rows([5, 6], seed=1))
   reader = peer_log.PeerLogReader(tmp_path, 'qwen3')

@@ -8,7 +8,7 @@ from graft_jax.models import logprobs
 from graft_jax.models.config import ModelConfig
 from graft_jax.models.decoder import init_model
 from graft_jax.packing import sequence_packing as sp
-from graft_jax.train import scoring
+from graft_jax.train import row_logprobs
 
 CFG = ModelConfig(model_type="qwen3", vocab_size=53, hidden_size=32, intermediate_size=48,
                   num_layers=1, num_heads=4, num_kv_heads=2, head_dim=8, qk_norm=True)
@@ -54,5 +54,5 @@ def test_packed_scoring_compiles_at_most_two_programs_whatever_the_lengths():
     responses = [rng.integers(1, 53, rng.integers(0, 25)).tolist() for _ in range(n)]
     if step == 3:  # a sequence past the cap (a peer's re-tokenized text)
       responses[0] = rng.integers(1, 53, 40).tolist()
-    scoring.score_rows(model, prompts, responses, 0, length_cap=32, token_budget=96)
+    row_logprobs.score_rows(model, prompts, responses, 0, length_cap=32, token_budget=96)
   assert logprobs._token_logprobs_packed._cache_size() - before <= 2

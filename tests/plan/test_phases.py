@@ -63,8 +63,8 @@ def test_the_terms_add_up_to_the_step_and_the_run(engine):
   assert plan.run_seconds(True) == pytest.approx(174 * step + extra)
   no_val = 174 * step + extra - plan.run_terms["validation"].seconds
   assert plan.gpu_hours(False) == pytest.approx(no_val * 4 / 3600)
-  # 174 steps validated every 5 (and after the last): 35 times; saved every 10 and at the end.
-  assert plan.run_terms["validation"].detail.startswith("35 x ")
+  # 174 steps validated every 29 (and after the last): 6 times; saved every 10 and at the end.
+  assert plan.run_terms["validation"].detail.startswith("6 x ")
   assert plan.run_terms["checkpoint"].detail.startswith("18 x ")
   text = phases.format_plan(plan, models)
   assert all(f"\n  {p} " in text for p in phases.STEP_PHASES + phases.RUN_PHASES)

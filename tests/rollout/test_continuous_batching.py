@@ -10,7 +10,7 @@ from flax import nnx
 from graft_jax.models import load_hf
 from graft_jax.rollout import JaxSamplerEngine, RolloutEngine, SamplingParams
 from graft_jax.rollout.continuous import ContinuousSamplerEngine
-from graft_jax.rollout.slot_pool import run_pool
+from graft_jax.rollout.slot_pool import pool_sizes, run_pool
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11], list(range(3, 43))]
 # Several EOS ids, so the random checkpoint's responses end at different lengths.
@@ -79,20 +79,52 @@ def test_one_program_across_prompt_lengths_and_counts(model):
 
 def test_metrics_follow_a_schedule_worked_by_hand(model):
   """Slots 2, budgets [1, 5, 1, 1], no EOS: steps 1-3 keep both slots busy (r0 then r2
-  then r3 beside r1), steps 4-5 only r1: 8 busy slot-steps of 10."""
-  engine = ContinuousSamplerEngine(model, eos_ids=-1, pad_id=PAD, slots=2, max_prompt_len=16)
-  batch = engine.generate([[5, 6, 7, 8, 9]], 4, SamplingParams(max_new_tokens=8),
-                          budgets=[1, 5, 1, 1])
-  np.testing.assert_array_equal(batch.lengths_B, [1, 5, 1, 1])
-  assert not batch.finished_B.any()
+  then r3 beside r1), steps 4-5 only r1: 8 busy slot-steps of 10 on the whole pool;
+  without shrinks the pool stays at 2 slots, with one r1 decodes steps 4-5 alone in a
+  pool of 1 (8 of 8)."""
+  for shrinks, occupancy in ((0, 0.8), (1, 1.0)):
+    engine = ContinuousSamplerEngine(model, eos_ids=-1, pad_id=PAD, slots=2, max_prompt_len=16,
+                                     shrinks=shrinks)
+    batch = engine.generate([[5, 6, 7, 8, 9]], 4, SamplingParams(max_new_tokens=8),
+                            budgets=[1, 5, 1, 1])
+    np.testing.assert_array_equal(batch.lengths_B, [1, 5, 1, 1])
+    assert not batch.finished_B.any()
+    m = engine.last_metrics
+    assert m["tokens"] == 8 and m["decode_steps"] == 5
+    assert m["slot_occupancy"] == pytest.approx(occupancy)
+    assert m["slot_occupancy_full_pool"] == pytest.approx(0.8)
+    # Keys attended: prompt (5) + tokens so far, per busy row and step.
+    keys = (5 + 1) * 3 + sum(5 + k for k in range(1, 6))
+    cfg = model.cfg
+    per_key = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4  # f32 keys and values
+    assert m["live_kv_bytes_per_step"] == pytest.approx(keys * per_key / 5)
+
+
+@pytest.mark.parametrize("shrinks,pool_slot_steps", [(0, 6 * 4), (1, 4 + 4 + 4 * 2),
+                                                     (2, 4 + 4 + 2 + 3 * 1)])
+def test_the_drain_halves_the_pool_when_its_rows_fit(model, shrinks, pool_slot_steps):
+  """Slots 4, budgets [2, 6, 1, 3, 1], no EOS. Step 1: r0-r3 (r2 ends); step 2: r4 in
+  r2's slot (r0, r4 end). The queue is empty and 2 rows live: from step 3 a pool of 2
+  (r3 ends), from step 4 a pool of 1 (r1 alone to step 6). 13 busy slot-steps in 6."""
+  params, budgets = SamplingParams(max_new_tokens=8, temperature=1.0, seed=2), [2, 6, 1, 3, 1]
+  pool = lambda k: ContinuousSamplerEngine(model, eos_ids=-1, pad_id=PAD, slots=4,
+                                           max_prompt_len=16, shrinks=k)
+  engine = pool(shrinks)
+  batch = engine.generate([[5, 6, 7]], 5, params, budgets=budgets)
+  np.testing.assert_array_equal(batch.lengths_B, [2, 6, 1, 3, 1])
   m = engine.last_metrics
-  assert m["tokens"] == 8 and m["decode_steps"] == 5
-  assert m["slot_occupancy"] == pytest.approx(0.8)
-  # Keys attended: prompt (5) + tokens so far, per busy row and step.
-  keys = (5 + 1) * 3 + sum(5 + k for k in range(1, 6))
-  cfg = model.cfg
-  per_key = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4  # f32 keys and values
-  assert m["live_kv_bytes_per_step"] == pytest.approx(keys * per_key / 5)
+  assert m["decode_steps"] == 6
+  assert m["slot_occupancy"] == pytest.approx(13 / pool_slot_steps)
+  assert m["slot_occupancy_full_pool"] == pytest.approx(13 / 24)
+  # The moved rows decode on: the tokens of a pool that never shrinks.
+  still = pool(0).generate([[5, 6, 7]], 5, params, budgets=budgets)
+  _assert_same(batch, still)
+
+
+def test_pool_sizes_halve_down_to_one_slot():
+  assert pool_sizes(32, 2) == (32, 16, 8)
+  assert pool_sizes(5, 9) == (5, 3, 2, 1)
+  assert pool_sizes(4, 0) == (4,)
 
 
 def test_a_static_batch_waits_for_its_longest_row(model):
@@ -104,7 +136,7 @@ def test_a_static_batch_waits_for_its_longest_row(model):
                           budgets=[1, 5, 1, 1])
   np.testing.assert_array_equal(batch.lengths_B, [1, 5, 1, 1])
   assert engine.last_metrics["decode_steps"] == 6
-  assert engine.last_metrics["slot_occupancy"] == pytest.approx(8 / 12)
+  assert engine.last_metrics["slot_occupancy"] == pytest.approx(8 / 12)  # never shrinks
 
 
 def test_budgets_are_checked(model):

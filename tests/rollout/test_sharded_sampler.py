@@ -1,27 +1,17 @@
 """The JAX sampler with its prompts split over a mesh's batch axes samples what it samples
 on one device, and each device holds only its share of the rows (8 fake CPU devices)."""
 
-import json
-import os
-import pathlib
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
+from tests.rollout.fake_devices import run_script
+
 pytestmark = pytest.mark.slow  # three meshes, each compiling the sampler a few times
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def report():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-             JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
-  proc = subprocess.run([sys.executable, "-m", "tests.rollout.sharded_sampler_script"],
-                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  return json.loads(proc.stdout.strip().splitlines()[-1])
+  return run_script("tests.rollout.sharded_sampler_script")
 
 
 def _same(got, want):

@@ -18,6 +18,7 @@ from graft_jax.train.collect import collect_all
 from graft_jax.train.policy import make_policy
 from graft_jax.train.setup import attach_engines
 from graft_jax.train.trainer import Trainer
+from graft_jax.train.validation import Validator
 from tests.train import tiny_pair
 
 pytestmark = pytest.mark.slow
@@ -90,6 +91,28 @@ def test_models_sample_side_by_side_with_the_results_of_taking_turns(vllm_pair, 
     np.testing.assert_allclose(side[name].gen_mean_logp_B, turns[name].gen_mean_logp_B,
                                rtol=0, atol=1e-5)
   assert side["a"].response_ids != side["b"].response_ids
+
+
+def test_models_validate_side_by_side_with_the_numbers_of_taking_turns(vllm_pair, tmp_path):
+  cfg = _cfg(tmp_path, max_response_len=16)
+  policies, runs = _policies(vllm_pair, cfg), {}
+  for mode in ("on", "off"):
+    validator = Validator({"say": tiny_pair.problems(8, seed=9), "more": tiny_pair.problems(4)},
+                          every_steps=1, k=2, temperature=1.0, top_p=1.0, seed=cfg.seed,
+                          max_new_tokens=cfg.max_response_len,
+                          prompt_suffix=cfg.data.prompt_suffix,
+                          score_fn=tiny_pair.contains_reward, batch_size=4, concurrent=mode)
+    runs[mode] = validator.run(policies, 0), validator.history
+  (side, side_history), (turns, turn_history) = runs["on"], runs["off"]
+  flat = lambda out: {f"{n}/{k}": v for n, m in out.items() for k, v in m.items()}
+  assert overlap(flat(side), "{}/start_s", "{}/end_s", "ab") > 0
+  assert turns["a"]["end_s"] <= turns["b"]["start_s"]
+  timing = ("seconds", "start_s", "end_s")
+  for name in "ab":
+    assert set(side[name]) == {"say", "more", "average", *timing}
+    assert ({k: v for k, v in side[name].items() if k not in timing}
+            == {k: v for k, v in turns[name].items() if k not in timing})
+  assert side_history == turn_history
 
 
 def test_a_failure_in_one_sampling_thread_is_raised_as_it_was(vllm_pair, tmp_path):

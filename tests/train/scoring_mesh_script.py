@@ -13,7 +13,7 @@ from graft_jax.models.config import ModelConfig
 from graft_jax.models.decoder import init_model
 from graft_jax.models import logprobs
 from graft_jax.sharding import MeshConfig, make_mesh, shard_model
-from graft_jax.train import scoring
+from graft_jax.train import row_logprobs
 
 CFG = ModelConfig(model_type="qwen3", vocab_size=97, hidden_size=32, intermediate_size=48,
                   num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8, qk_norm=True)
@@ -29,7 +29,7 @@ def rows(seed=0, n=11):
 def main():
   prompts, responses = rows()
   single = init_model(CFG, rngs=nnx.Rngs(3))
-  want = scoring.score_rows(single, prompts, responses, 0, token_budget=128)
+  want = row_logprobs.score_rows(single, prompts, responses, 0, token_budget=128)
   sharded = init_model(CFG, rngs=nnx.Rngs(3))
   shard_model(sharded, make_mesh(MeshConfig(1, 4, 1), jax.devices()[:4]))
   calls = []
@@ -39,8 +39,8 @@ def main():
     calls.append(list(ids_BxT.shape))
     return real(model, ids_BxT, mask_BxT, **kw)
 
-  scoring.token_logprobs_jit = counting
-  got = scoring.score_rows(sharded, prompts, responses, 0, token_budget=128)
+  row_logprobs.token_logprobs_jit = counting
+  got = row_logprobs.score_rows(sharded, prompts, responses, 0, token_budget=128)
   ids = np.zeros(tuple(calls[0]), np.int32)
   graphdef, state = nnx.split(sharded)
   sharding = logprobs.row_sharding(sharded)

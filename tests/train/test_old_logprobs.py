@@ -14,10 +14,11 @@ from configs import toy
 from graft_jax.config import run_config as config_lib
 from graft_jax.train import step as step_lib
 from graft_jax.train.methods import make as make_method
+from graft_jax.train.methods.hacpo import HacpoBatch
 from graft_jax.train.old_logprobs import rows_to_score, score_own_rows
 from graft_jax.train.policy import make_policy
-from graft_jax.train.update_rows import KIND_SGT, Rows
-from graft_jax.train.scoring import score_rows
+from graft_jax.train.update_rows import KIND_SGT, Rows, typed_batch
+from graft_jax.train.row_logprobs import score_rows
 from tests.train import tiny_pair
 
 
@@ -84,7 +85,9 @@ def test_scored_rows_equal_a_pass_over_every_row(policy):
   for i in range(len(rows)):
     if i in scored:
       np.testing.assert_allclose(rows.old_logp[i], want[i], rtol=1e-6, atol=1e-6)
-      np.testing.assert_allclose(rows.src_mean_logp[i], np.mean(want[i]), rtol=1e-6)
+      # HACPO's generator mean of an own row follows its old log-probs.
+      hacpo_row = typed_batch(HacpoBatch, rows, [i], 0)
+      np.testing.assert_allclose(hacpo_row.src_mean_logp[0], np.mean(want[i]), rtol=1e-6)
       assert not rows.old_logp_pending[i]
     else:  # silent placeholders and the grafted rows are untouched
       np.testing.assert_array_equal(rows.old_logp[i], before[i])
@@ -125,7 +128,7 @@ def test_no_placeholder_reaches_a_row_that_runs(monkeypatch):
     assert rolls[name].old_logp_pending_B.all()
     assert len(rows_to_score(rows, make_method(cfg), order[0], cfg)) == 0  # none left
     for i in range(len(rows)):
-      own = rows.is_self[i] and not rows.grafted[i]  # grafted rows: scored as they are built
+      own = rows.extra[i].get("is_self", True) and not rows.grafted[i]  # grafted rows: scored as they are built
       if own and not rows.old_logp_pending[i] and rows.keep[i]:
         np.testing.assert_allclose(rows.old_logp[i], want[i], rtol=1e-5, atol=1e-5)
         scored += 1

@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from graft_jax.train.update_rows import KIND_SGT, Rows, pack_minibatch
+from graft_jax.train.methods.hacpo import HACPO_COLUMNS, HacpoBatch
+from graft_jax.train.update_rows import KIND_SGT, Rows, field_dtypes, pack_minibatch
 
 PAD = 0
 
@@ -18,7 +19,7 @@ def three_rows():
 
 
 def test_layout_masks_and_columns():
-  batch = pack_minibatch(three_rows(), [0, 1, 2], PAD, multiple=4)
+  batch = pack_minibatch(three_rows(), [0, 1, 2], PAD, multiple=4, columns=HACPO_COLUMNS)
   # Longest row: 2 + 3 = 5 tokens, rounded up to a multiple of 4.
   assert batch["ids"].tolist() == [[5, 6, 7, 8, 9, 0, 0, 0],
                                    [5, 6, 4, 3, 0, 0, 0, 0],
@@ -41,7 +42,9 @@ def test_layout_masks_and_columns():
   np.testing.assert_array_equal(batch["ppo"], [1, 1, 0])
   np.testing.assert_array_equal(batch["sgt"], [0, 0, 1])
   np.testing.assert_array_equal(batch["is_self"], [True, False, True])
-  np.testing.assert_array_equal(batch["src_mean_logp"], [0.0, -2.5, 0.0])
+  # HACPO's columns: given on row 1; elsewhere their defaults, the generator's mean the
+  # row's own old log-probs' (-2 for row 0; none on the SGT row).
+  np.testing.assert_array_equal(batch["src_mean_logp"], [-2.0, -2.5, 0.0])
   np.testing.assert_array_equal(batch["cap_ratio"], [1.0, 2.0, 1.0])
   assert batch["ids"].dtype == np.int32 and batch["resp_mask"].dtype == np.float32
 
@@ -70,3 +73,12 @@ def test_fields_and_dtypes_are_the_declared_ones():
       k: np.dtype(d) for k, d in {**TOKEN_FIELDS, **ROW_FIELDS}.items()}
   assert all(batch[k].shape == (3, 8) for k in TOKEN_FIELDS)
   assert all(batch[k].shape == (3,) for k in ROW_FIELDS)
+
+
+def test_a_method_column_travels_only_with_the_batch_that_declares_it():
+  shared = pack_minibatch(three_rows(), [0, 1, 2], PAD, multiple=4)
+  assert not {c.name for c in HACPO_COLUMNS} & set(shared)
+  hacpo = pack_minibatch(three_rows(), [0, 1, 2], PAD, multiple=4, columns=HACPO_COLUMNS)
+  assert set(hacpo) - set(shared) == {"is_self", "src_mean_logp", "cap_ratio"}
+  dtypes = field_dtypes(HacpoBatch)
+  assert all(hacpo[k].dtype == np.dtype(dtypes[k]) for k in HacpoBatch.__dataclass_fields__)

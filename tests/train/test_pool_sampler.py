@@ -95,3 +95,18 @@ def test_pool_validation_is_one_call_per_model_over_the_whole_suite(tmp_path):
                      for b, i in enumerate(batch.prompt_index_B)])
     assert report[name]["say"] == pytest.approx(hits[:15].mean(), abs=1e-12)
     assert report[name]["again"] == pytest.approx(hits[15:].mean(), abs=1e-12)
+
+
+@pytest.mark.slow  # two toy runs of two steps under 8 fake devices, in a fresh interpreter
+def test_a_pool_run_on_a_mesh_samples_what_one_device_samples():
+  from tests.rollout.fake_devices import run_script
+  report = run_script("tests.train.sharded_pool_run_script")
+  (single_engines, single), (sharded_engines, sharded) = report["single"], report["sharded"]
+  assert {e["type"] for e in sharded_engines.values()} == {"ContinuousSamplerEngine"}
+  assert {e["row_shards"] for e in sharded_engines.values()} == {4}  # data 2 x fsdp 2
+  assert {e["row_shards"] for e in single_engines.values()} == {1}
+  for key in (k for k in single if k.endswith("/0")):  # the same weights: the same tokens
+    assert single[key]["rows"] and sharded[key]["rows"] == single[key]["rows"], key
+    np.testing.assert_allclose(sharded[key]["logp"], single[key]["logp"], atol=1e-5)
+  # Step 1 samples from weights one sharded update produced: it runs, on the mesh.
+  assert all(sharded[k]["rows"] for k in sharded if k.endswith("/1"))

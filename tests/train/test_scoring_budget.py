@@ -8,7 +8,7 @@ from flax import nnx
 from graft_jax.models.config import ModelConfig
 from graft_jax.models import token_logprobs_jit
 from graft_jax.models.decoder import init_model
-from graft_jax.train import scoring
+from graft_jax.train import row_logprobs
 
 CFG = ModelConfig(model_type="qwen3", vocab_size=53, hidden_size=32, intermediate_size=48,
                   num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8, qk_norm=True)
@@ -25,13 +25,13 @@ def _rows(num=13, seed=0):
 def passes(monkeypatch):
   """The (rows, length) of every scoring pass."""
   shapes = []
-  real = scoring.token_logprobs_jit
+  real = row_logprobs.token_logprobs_jit
 
   def spy(model, ids, mask, **kw):
     shapes.append(ids.shape)
     return real(model, ids, mask, **kw)
 
-  monkeypatch.setattr(scoring, "token_logprobs_jit", spy)
+  monkeypatch.setattr(row_logprobs, "token_logprobs_jit", spy)
   return shapes
 
 
@@ -52,7 +52,7 @@ def test_packed_scoring_equals_each_row_alone(passes):
   tokens = sum(len(p) + len(r) for p, r in zip(prompts, responses))
   for budget, rows in ((0, 16), (200, 6), (64, 2), (31, 1)):
     passes.clear()
-    got = scoring.score_rows(model, prompts, responses, 0, chunk_rows=16, length_cap=32,
+    got = row_logprobs.score_rows(model, prompts, responses, 0, chunk_rows=16, length_cap=32,
                              token_budget=budget)
     # One shape, and no more calls than the tokens need plus one.
     assert set(passes) == {(rows, 32)}
@@ -67,5 +67,5 @@ def test_budget_defaults_to_the_models_score_tokens(passes):
   model = init_model(CFG, rngs=nnx.Rngs(1))
   model.set_memory_options(score_tokens=128)
   prompts, responses = _rows(5)
-  scoring.score_rows(model, prompts, responses, 0, length_cap=32)
+  row_logprobs.score_rows(model, prompts, responses, 0, length_cap=32)
   assert set(passes) == {(4, 32)}

@@ -138,6 +138,7 @@ def test_validator_config_follows_the_run():
   cfg = _toy_cfg(k=2, max_examples=4, temperature=0.6, top_p=0.95)
   v = Validator.from_config(cfg, tiny_pair.contains_reward)
   assert (v.every_steps, v.k, v.temperature, v.top_p) == (5, 2, 0.6, 0.95)
+  assert v.concurrent == cfg.rollout.concurrent == "auto"  # side by side as the rollouts
   assert v.max_new_tokens == cfg.max_response_len and v.prompt_suffix == " Answer:"
   assert sum(len(p) for p in v.suite.values()) == 4 * len(cfg.data.synthetic.families)
   assert dataclasses.replace(v, every_steps=3).due(2, 100)

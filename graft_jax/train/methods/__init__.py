@@ -1,8 +1,9 @@
 """Training methods as plug-ins, registered by their config name (``cfg.method``).
 
 Adding a method is one new module here, a ``Method`` subclass, and one entry
-in ``REGISTRY``; ``train_step``, the trainer, the config checks and the planner
-only ever ask the method.
+in the ``register`` line; ``train_step``, the trainer, the config checks and the
+planner only ever ask the method. A method's own settings (its ``Settings``
+dataclass) become the config section ``cfg.<name>`` when it is registered.
 """
 
 from __future__ import annotations
@@ -19,7 +20,25 @@ from graft_jax.train.methods.luffy import Luffy
 from graft_jax.train.methods.replay import Replay
 from graft_jax.train.methods.sgt import Sgt
 
-REGISTRY: dict[str, type[Method]] = {m.name: m for m in (Graft, Grpo, Hacpo, Sgt, Replay, Luffy)}
+REGISTRY: dict[str, type[Method]] = {}
+
+
+def register(method: type[Method]) -> type[Method]:
+  """Adds ``method`` under its name, and the ``Settings`` it declares (not one it
+  inherits) as the config section ``cfg.<name>`` of every config built from now on."""
+  REGISTRY[method.name] = method
+  if "Settings" in vars(method):
+    config_lib.add_method_section(method.name, method.Settings)
+  return method
+
+
+for _method in (Graft, Grpo, Hacpo, Sgt, Replay, Luffy):
+  register(_method)
+
+
+def config_dict():
+  """`config.run_config.config_dict`, every registered method's section in it."""
+  return config_lib.config_dict()
 
 
 def lookup(name: str) -> type[Method]:
@@ -68,5 +87,5 @@ def trains(cfg, model) -> bool:
   return model.name in make(cfg).trained([m.name for m in policy_configs(cfg)])
 
 
-__all__ = ["REGISTRY", "BuiltRows", "Method", "check_paths", "from_config_dict", "lookup", "make",
-           "trains", "write_run_config"]
+__all__ = ["REGISTRY", "BuiltRows", "Method", "check_paths", "config_dict", "from_config_dict",
+           "lookup", "make", "register", "trains", "write_run_config"]

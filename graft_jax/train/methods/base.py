@@ -147,6 +147,9 @@ class Method:
   # Its choices count successes (k of n per prompt): rewards must be 0/1, or
   # reward.success_threshold says which count (`collect.check_successes`).
   counts_successes: ClassVar[bool] = True
+  # Its own settings, a frozen dataclass of defaults: registered, it is the config section
+  # cfg.<name> (`methods.register`), overridable as --config.<name>.<field>.
+  Settings: ClassVar[type | None] = None
   # The config sections (dotted prefixes) of this method's settings: a resumed run may not
   # change them (`config.checks.check_resume`), as it may not change the shared ones.
   resume_locked: ClassVar[tuple[str, ...]] = ()

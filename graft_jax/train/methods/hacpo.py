@@ -39,13 +39,24 @@ from graft_jax.train.methods.base import (ClippedTokenLoss, Method, PpoBatch, on
 from graft_jax.train.methods.graft import graft_selected
 from graft_jax.train.old_logprobs import score_rollout
 from graft_jax.train.peer_rows import add_own_group, pair_stats, score_peer_rows
-from graft_jax.train.scoring import score_rows
-from graft_jax.train.update_rows import KIND_HACPO, KIND_PPO, Rows
+from graft_jax.train.row_logprobs import mean_or_nan, score_rows
+from graft_jax.train.update_rows import KIND_HACPO, KIND_PPO, RowColumn, Rows
+
+
+# HACPO's own row columns (`Rows.extra`), given on the peer's rows: whose sample a row is,
+# the generator's mean log-prob (on the receiver's own rows, the mean of their old
+# log-probs as they stand when packed, rescored or not), and the capability ratio.
+HACPO_COLUMNS = (RowColumn("is_self", np.bool_, True),
+                 RowColumn("src_mean_logp", np.float32, lambda rows, i: (
+                     0.0 if rows.old_logp[i] is None else mean_or_nan(rows.old_logp[i]))),
+                 RowColumn("cap_ratio", np.float32, 1.0))
 
 
 @flax.struct.dataclass
 class HacpoBatch:
   """The rows of HACPO's loss: per token (B x T) and per row (B)."""
+
+  ROW_COLUMNS = HACPO_COLUMNS
 
   ids: jax.Array
   attn: jax.Array
@@ -100,22 +111,14 @@ class HacpoLoss:
 
 
 @flax.struct.dataclass
-class HacpoGrpoBatch:
+class HacpoGrpoBatch(HacpoBatch):
   """The rows of `HacpoOnSelectedLoss`: HACPO's fields and the clipped token loss's;
   ``ppo`` is 1 on the rows under GRPO's loss, 0 on HACPO's."""
 
-  ids: jax.Array
-  attn: jax.Array
-  resp_mask: jax.Array
   old_logp: jax.Array
-  ref_logp: jax.Array
-  adv: jax.Array
   weight: jax.Array
   grafted: jax.Array
   ppo: jax.Array
-  is_self: jax.Array
-  src_mean_logp: jax.Array
-  cap_ratio: jax.Array
 
 
 @dataclasses.dataclass(frozen=True)

@@ -42,8 +42,15 @@ class ShapedTokenLoss(ClippedTokenLoss):
                                                          shaped_loss=shaped))
 
 
+@dataclasses.dataclass(frozen=True)
+class LuffySettings:
+  """``cfg.luffy``: the method's own section of the config."""
+  gamma: float = 0.1  # pi / (pi + gamma) replaces the clipped ratio
+
+
 class Luffy(Graft):
   name = "luffy"
+  Settings = LuffySettings
   resume_locked = ("graft", "luffy")
 
   @classmethod

@@ -18,7 +18,7 @@ from graft_jax import core
 from graft_jax.train.peer_rows import add_own_group, pair_stats, peer_gate_columns
 from graft_jax.train.methods.graft import gate
 from graft_jax.train.update_rows import Rows
-from graft_jax.train.scoring import mean_or_nan, score_rows
+from graft_jax.train.row_logprobs import mean_or_nan, score_rows
 
 
 def _score_peer_rows(recv_policy, recv_roll, src_roll, row_ids, *, temperature, length_cap):

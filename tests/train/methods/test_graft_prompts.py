@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from graft_jax.train.methods.graft import selected_sources
-from graft_jax.train.methods.hacpo import HacpoLoss, HacpoOnSelectedLoss
-from graft_jax.train.update_rows import KIND_HACPO, KIND_PPO, KIND_SGT
+from graft_jax.train.methods.hacpo import HacpoGrpoBatch, HacpoLoss, HacpoOnSelectedLoss
+from graft_jax.train.update_rows import KIND_HACPO, KIND_PPO, KIND_SGT, typed_batch
 from tests.core import reference
 from tests.train.methods import helpers
 from tests.train.methods.test_hacpo import pooled_adv_numpy
@@ -84,13 +84,14 @@ def test_hacpo_pools_only_the_selected_prompts():
     for q in range(G):
       idx = list(range(2 * N * q, 2 * N * (q + 1)))
       own, slots = idx[:N], idx[N:]
-      assert [rows.is_self[i] for i in idx] == [True] * N + [False] * N
+      hacpo = typed_batch(HacpoGrpoBatch, rows, idx, 0)  # HACPO's own columns
+      assert hacpo.is_self.tolist() == [True] * N + [False] * N
       if SELECTED[name][q]:
         want = pooled_adv_numpy(r_own[q], r_peer[q], c[name])
         assert [rows.response_ids[i] for i in slots] == [
             pols[name].encode_response(t, True) for t in helpers.TEXTS[q * N:(q + 1) * N]]
         assert all(rows.keep[i] and rows.grafted[i] for i in slots)
-        np.testing.assert_allclose([rows.src_mean_logp[i] for i in slots],
+        np.testing.assert_allclose(hacpo.src_mean_logp[N:],
                                    [rolls[peer].old_logp[b].mean()
                                     for b in range(q * N, (q + 1) * N)], rtol=1e-6)
       else:  # the receiver's own group alone, GRPO's; the peer's slots stay empty

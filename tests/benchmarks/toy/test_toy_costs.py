@@ -1,7 +1,7 @@
 """The benchmark's cost: step 0 apart, replay's two directions summed, the tables' columns."""
 
-from graft_jax.experiments import toy_benchmark as tb
-from graft_jax.experiments import toy_costs
+from benchmarks.toy import benchmark as tb
+from benchmarks.toy import costs as toy_costs
 
 
 def test_cell_costs_keep_the_first_step_apart():

@@ -1,6 +1,6 @@
 """The gate on the friction pair: how it scores the peer's bare answers against its traces.
 
-  python -m graft_jax.experiments.friction_gate [--prompts 24] [--seed 11]
+  python -m benchmarks.toy.friction_gate [--prompts 24] [--seed 11]
 
 One exchange (`exchange_view`) of the built friction pair, before any training,
 on memorized RL prompts of both models (`prompts` of each, interleaved). For each

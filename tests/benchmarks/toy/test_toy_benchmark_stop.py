@@ -12,7 +12,7 @@ from graft_jax import cli
 from tests.experiments import job_processes
 
 pytestmark = pytest.mark.slow
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 # Where it is signalled: once the graft cell has a metrics row, once the initial cell is
 # done, or once the graft cell has saved its last step (its evaluation under way).
 STOP_POINTS = ("first_row", "initial_done", "trained")

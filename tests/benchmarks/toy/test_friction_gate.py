@@ -1,6 +1,7 @@
 """friction_gate's summary lines on hand-made peer rows."""
 
-from graft_jax.experiments import exchange_view, friction_gate
+from benchmarks.toy import friction_gate
+from graft_jax.experiments import exchange_view
 
 
 def _row(text, reward, s, receiver="toy_b"):

@@ -26,7 +26,8 @@ import time
 
 import numpy as np
 
-from graft_jax.experiments import job_signals, toy_compare, toy_costs, toy_sign_table
+from benchmarks.toy import costs as toy_costs, sign_table as toy_sign_table
+from graft_jax.experiments import job_signals, toy_compare
 from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.train import methods
 from graft_jax.config import run_config as config_lib

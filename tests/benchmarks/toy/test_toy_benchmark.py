@@ -9,9 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-from graft_jax.experiments import toy_benchmark as tb
+from benchmarks.toy import benchmark as tb
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def test_plan_has_every_method_per_seed_and_replay_after_grpo8():
@@ -196,7 +196,7 @@ def test_validation_curve_keeps_validated_steps_and_present_models_only():
 
 
 def test_figure_series_starts_at_the_initial_cell_and_averages_seeds():
-  from graft_jax.experiments import toy_benchmark_figure as fig
+  from benchmarks.toy import figure as fig
   res = {"cells": {tb.INITIAL: {"a": [0.2, 0.4]}},
          "curves": {"GRAFT": {"a": {"10": [0.5, 0.7], "5": [0.4, 0.4]}}}}
   steps, mean, std = fig.series(res, "GRAFT", "a")
@@ -207,7 +207,7 @@ def test_figure_series_starts_at_the_initial_cell_and_averages_seeds():
 
 
 def test_figure_draws_no_two_labels_alike():
-  from graft_jax.experiments import toy_benchmark_figure as fig
+  from benchmarks.toy import figure as fig
   labels = [f"row {i}" for i in range(40)]  # the friction benchmark draws 17
   styles = fig.line_styles(labels)
   assert len(set(styles.values())) == len(labels)

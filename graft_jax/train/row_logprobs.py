@@ -6,6 +6,7 @@ import numpy as np
 
 from graft_jax.models import token_logprobs_jit
 from graft_jax.models.logprobs import row_shards
+from graft_jax.outputs import step_metrics
 from graft_jax.packing import sequence_packing
 
 
@@ -43,9 +44,12 @@ def score_rows(model, prompts, responses, pad_id: int, *, chunk_rows: int = 64,
     packed = sequence_packing.pack_sequences(seqs, length, pad_id, bins=bins, num_rows=rows)
     logp_RxL = np.asarray(token_logprobs_jit(model, packed.ids_RxL, None, temperature=temperature,
                                              segment_ids_BxT=packed.segment_ids_RxL))
-    for n in (n for members in bins for n in members):
+    members = [n for bin_ in bins for n in bin_]
+    for n in members:
       begin = packed.start_N[n] + len(prompts[n])
       out[n] = logp_RxL[packed.row_N[n], begin:begin + len(responses[n])].astype(np.float32)
+    # Every device's rows, padding included.
+    step_metrics.count_scoring_call(packed.ids_RxL.size, sum(lengths[n] for n in members))
   return out
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import pathlib
 
-from graft_jax.experiments import toy_benchmark as tb
+from benchmarks.toy import benchmark as tb
 
 
 def recorded_seeds(record_dir) -> list[int]:

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from graft_jax.experiments import toy_sign_table as st
+from benchmarks.toy import sign_table as st
 
 
 def _res(cells, seeds):

@@ -23,14 +23,8 @@ STAR = "*"  # a cost that includes step 0 (a cell recorded before the split)
 
 
 def cell_costs(records) -> dict:
-  """``{"cost": ..., "cost_first_step": ...}`` of a cell's metrics rows: the summed cost
-  (`cost_totals.summed`) of the steps after its first, and of its first step."""
-  steps = [r["step"] for r in records if "step" in r]
-  if not steps:
-    return {"cost": {}, "cost_first_step": {}}
-  first = min(steps)
-  return {"cost": cost_totals.summed([r for r in records if r.get("step") != first]),
-          "cost_first_step": cost_totals.summed([r for r in records if r.get("step") == first])}
+  """A cell's metrics rows' cost, its first step apart (`cost_totals.split_first_step`)."""
+  return cost_totals.split_first_step(records)
 
 
 def _add(dicts) -> dict | None:

@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from graft_jax.experiments import toy_benchmark as tb
-from graft_jax.experiments import toy_record
+from benchmarks.toy import benchmark as tb
+from benchmarks.toy import record as toy_record
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def _write(record, cell, pass1, device_s=None, steps=5):

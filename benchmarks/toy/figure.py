@@ -16,7 +16,7 @@ import pathlib
 
 import numpy as np
 
-from graft_jax.experiments import toy_benchmark as tb
+from benchmarks.toy import benchmark as tb
 
 METHOD_ROW = ("GRPO n=8", "GRPO n=16", "GRPO n=32", "GRAFT", "HACPO", "SGT", tb.REPLAY)
 REFERENCE = ("GRPO n=8", "GRAFT")  # drawn in both rows
