@@ -262,6 +262,9 @@ class Trainer:
           progress.phase(f"validating after step {step + 1} (held-out pass@1)…")
           t0 = time.perf_counter()
           for name, m in self.validator.run(self.policies, step).items():
+            # Wall-clock stamps go with the step's other timings, outside the run's results.
+            for key in ("start_s", "end_s"):
+              metrics["time"][f"{name}/eval_{key}"] = m.pop(key)
             metrics[name]["eval"] = m
           metrics["time"]["eval_s"] = time.perf_counter() - t0
         metrics["data"] = self.data_counts

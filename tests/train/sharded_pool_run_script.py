@@ -1,5 +1,5 @@
-"""Run by test_pool_sampler under 8 fake CPU devices: a two-step GRAFT run whose JAX engine
-is the slot pool, on one device and with its slots split over a data x fsdp x tensor mesh."""
+"""Run by test_pool_sampler under 4 fake CPU devices: a two-step GRAFT run whose JAX engine
+is the slot pool, on one device and with its slots split over a data x fsdp mesh."""
 
 import json
 import pathlib
@@ -38,7 +38,7 @@ def run(workdir, mesh):
 def main():
   root = pathlib.Path(tempfile.mkdtemp())
   single = run(root / "single", None)
-  sharded = run(root / "sharded", make_mesh(MeshConfig(data=2, fsdp=2, tensor=2)))
+  sharded = run(root / "sharded", make_mesh(MeshConfig(data=2, fsdp=2, tensor=1)))
   print(json.dumps({"single": single, "sharded": sharded}))
 
 
