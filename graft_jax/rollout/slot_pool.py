@@ -240,7 +240,7 @@ def _pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, n, budget_R,
                jnp.zeros((slots, model.cfg.vocab_size), jnp.float32),
                jnp.zeros((slots, width), bool), model.init_cache(slots, width, cache_dtype), out)
 
-  def admit(first, take, pool: _Pool) -> _Pool:
+  def admit(group, first, take, pool: _Pool) -> _Pool:
     """Requests [first, first + take) (``take`` <= ``group``) into this device's first
     free slots, in slot order, prefilled together."""
     valid_G = jnp.arange(group) < take
@@ -263,7 +263,7 @@ def _pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, n, budget_R,
 
   def refill_slots(pool: _Pool) -> _Pool:
     """The waiting requests into the free slots, in the order of the slots' global index,
-    ``group`` at a time."""
+    ``group`` at a time (a lone one alone)."""
     free_D = devices.gather(slots - pool.busy_B.sum(dtype=jnp.int32))
     first = pool.next_req + jnp.cumsum(free_D)[devices.index()] - free_D[devices.index()]
     take = jnp.clip(num_requests - first, 0, free_D[devices.index()])
@@ -271,10 +271,17 @@ def _pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, n, budget_R,
     if not refill:  # a static batch fills an empty pool
       opens = devices.sum(pool.busy_B.sum(dtype=jnp.int32)) == 0
       take, admitted = jnp.where(opens, take, 0), jnp.where(opens, admitted, 0)
-    _, pool = jax.lax.while_loop(
-        lambda c: c[0] < take,
-        lambda c: (c[0] + group, admit(first + c[0], jnp.minimum(take - c[0], group), c[1])),
-        (jnp.int32(0), pool))
+    def admit_next(c):
+      # A lone request (most refills of a full pool) is prefilled alone: a group's pass
+      # would compute ``group`` prompts for it. Both passes are in the one program.
+      done, pool = c
+      left = take - done
+      pool = jax.lax.cond(left > 1,
+                          lambda p: admit(group, first + done, jnp.minimum(left, group), p),
+                          lambda p: admit(1, first + done, jnp.minimum(left, 1), p), pool)
+      return done + jnp.where(left > 1, group, 1), pool
+
+    _, pool = jax.lax.while_loop(lambda c: c[0] < take, admit_next, (jnp.int32(0), pool))
     return pool._replace(next_req=pool.next_req + admitted)
 
   def step(pool: _Pool, size: int) -> _Pool:
