@@ -37,7 +37,6 @@ import numpy as np
 from graft_jax.models.logprobs import bucket_length
 from graft_jax.plan import costs, sampling_plan, server_layout, step_time
 from graft_jax.plan.lengths import ResponseLengths
-from graft_jax.rollout.kv_budget import bucket
 from graft_jax.packing import length_packing, sequence_packing
 from graft_jax.train import methods, packed_micro_batches
 
@@ -260,8 +259,8 @@ def plan_engine(cfg, models: dict, engine: str, devices: int, rates, a: Assumpti
         if cfg.perf.packed_update else length_packing.run_shapes(per_mb, width, budget, devices))
     programs += len(shapes | ex_shapes)
     calls = eval_calls(cfg, pool=pool) if cfg.eval.every_steps else []
-    if pool:  # a program per prompt-count bucket (`ContinuousSamplerEngine`)
-      programs += len({bucket(c, 1) for c in [p, *calls]})
+    if pool:  # compiled for a step's requests; a larger validation call raises it once
+      programs += 1 + any(c * cfg.eval.k > p * n for c in calls)
     elif engine == "jax":
       sampler_shapes = {g.chunk} | {generate(mc, c, cfg.eval.k).chunk for c in set(calls)}
       programs += len(sampler_shapes)

@@ -55,9 +55,18 @@ class ContinuousSamplerEngine:
     slots: decode rows in the pool (its KV cache holds slots x
       (prompt capacity + max new tokens) positions).
     prefill_chunk: tokens per prefill pass; a prompt takes the next multiple of it.
-    max_prompt_len: prompt capacity of the cache rows; longer prompts widen it
-      (to the next power of two), which compiles another program.
-    min_new_bucket / min_batch_bucket: smallest token-budget and prompt-count buckets.
+    prefill_group: prompts a refill prefills together, of mixed lengths, in one batched
+      pass per chunk (at most ``slots`` per device): the first fill of the pool takes
+      ``slots / prefill_group`` passes, not ``slots``; a pass costs the group's rows
+      however few are admitted.
+    max_prompt_len / max_new_tokens / max_requests: the capacities the program is
+      compiled for: prompt tokens and response tokens per cache row, requests
+      (prompts x samples) per call. A call within them compiles nothing, whatever its
+      prompt count, sample count and lengths; one past a capacity raises it (to the
+      next power of two) for this and every later call, compiling one more program.
+      ``max_new_tokens`` is held as a power of two >= 16.
+      Set them from the config (the run's longest prompt and response, the step's
+      requests) and the engine compiles one program per set of sampling flags.
     cache_dtype: KV-cache dtype (default: the model's compute dtype).
     refill: a free slot takes the next request at once; False: only once every slot
       is free (a static batch of ``slots`` rows, the baseline its occupancy is
@@ -70,15 +79,16 @@ class ContinuousSamplerEngine:
   """
 
   def __init__(self, model, *, eos_ids: int | Sequence[int], pad_id: int, slots: int = 64,
-               prefill_chunk: int = 16, max_prompt_len: int = 256, min_new_bucket: int = 16,
-               min_batch_bucket: int = 1, cache_dtype=None, refill: bool = True,
+               prefill_chunk: int = 16, prefill_group: int = 8, max_prompt_len: int = 256,
+               max_new_tokens: int = 16, max_requests: int = 1, cache_dtype=None,
+               refill: bool = True,
                decode_attention: str = "auto", shrinks: int = 2, mesh=None):
     self.eos_ids = tuple(int(e) for e in np.atleast_1d(eos_ids))
     if not self.eos_ids:
       raise ValueError("ContinuousSamplerEngine needs at least one EOS id")
-    if slots < 1 or prefill_chunk < 1:
-      raise ValueError(f"ContinuousSamplerEngine: slots and prefill_chunk must be >= 1, got "
-                       f"{slots} and {prefill_chunk}")
+    if min(slots, prefill_chunk, prefill_group) < 1:
+      raise ValueError(f"ContinuousSamplerEngine: slots, prefill_chunk and prefill_group must "
+                       f"be >= 1, got {slots}, {prefill_chunk} and {prefill_group}")
     self.pad_id = int(pad_id)
     self.slots = int(slots)
     if shrinks < 0:
@@ -93,9 +103,15 @@ class ContinuousSamplerEngine:
         raise ValueError(f"ContinuousSamplerEngine: slots ({self.slots}) must be a multiple of "
                          f"the mesh's batch devices ({self.row_shards})")
     self.prefill_chunk = int(prefill_chunk)
-    self.max_prompt_len = -(-int(max_prompt_len) // self.prefill_chunk) * self.prefill_chunk
-    self.min_new_bucket = min_new_bucket
-    self.min_batch_bucket = min_batch_bucket
+    self.prefill_group = int(prefill_group)
+    if min(max_prompt_len, max_new_tokens, max_requests) < 1:
+      raise ValueError(f"ContinuousSamplerEngine: max_prompt_len, max_new_tokens and "
+                       f"max_requests must be >= 1, got {max_prompt_len}, {max_new_tokens} "
+                       f"and {max_requests}")
+    self.max_prompt_len = self._chunks(max_prompt_len)
+    # A power of two >= 16: with a chunk multiple of 16, windows of whole kernel blocks.
+    self.max_new_tokens = bucket(max_new_tokens, 16)
+    self.max_requests = int(max_requests)
     self.cache_dtype = cache_dtype
     self.refill = bool(refill)
     if decode_attention not in ("auto", "xla", "live"):
@@ -136,14 +152,19 @@ class ContinuousSamplerEngine:
     check_generate_args(prompts, n)
     num, rows, steps = len(prompts), len(prompts) * n, params.max_new_tokens
     longest = max(len(p) for p in prompts)
-    width = self.max_prompt_len if longest <= self.max_prompt_len else bucket(longest, 1)
-    width = -(-width // self.prefill_chunk) * self.prefill_chunk
-    p_bucket = bucket(num, self.min_batch_bucket)
-    ids = np.full((p_bucket, width), self.pad_id, np.int32)
-    lens = np.ones((p_bucket,), np.int32)
+    # Capacities only grow: a later, smaller call reuses the program.
+    if longest > self.max_prompt_len:
+      self.max_prompt_len = self._chunks(bucket(longest, 1))
+    if steps > self.max_new_tokens:
+      self.max_new_tokens = bucket(steps, 16)
+    if rows > self.max_requests:
+      self.max_requests = bucket(rows, 1)
+    # One prompt row per request bounds the prompts whatever n is.
+    ids = np.full((self.max_requests, self.max_prompt_len), self.pad_id, np.int32)
+    lens = np.ones((self.max_requests,), np.int32)
     for i, p in enumerate(prompts):
       ids[i, :len(p)], lens[i] = p, len(p)
-    budget_R = np.full((p_bucket * n,), steps, np.int32)
+    budget_R = np.full((self.max_requests,), steps, np.int32)
     if budgets is not None:
       if len(budgets) != rows or min(budgets) < 1 or max(budgets) > steps:
         raise ValueError(f"generate: budgets must be {rows} values in [1, {steps}]")
@@ -151,23 +172,30 @@ class ContinuousSamplerEngine:
     greedy = params.temperature == 0
     out = run_pool(
         self.graphdef, decoding_weights(self.state, self.dtype, self.batch_axes), ids, lens,
-        jnp.int32(rows), budget_R, jax.random.key(params.seed),
+        jnp.int32(rows), jnp.int32(n), budget_R, jax.random.key(params.seed),
         jnp.float32(params.temperature if not greedy else 1.0), jnp.float32(params.top_p),
-        n=n, slots=self.slots, max_new=bucket(steps, self.min_new_bucket),
-        chunk=self.prefill_chunk, eos_ids=self.eos_ids, pad_id=self.pad_id, greedy=greedy,
+        slots=self.slots, max_new=self.max_new_tokens, chunk=self.prefill_chunk,
+        group=self.prefill_group, eos_ids=self.eos_ids, pad_id=self.pad_id, greedy=greedy,
         top_k=0 if greedy else min(params.top_k, self.vocab_size),
         use_top_p=not greedy and params.top_p < 1.0, cache_dtype=self.cache_dtype,
         refill=self.refill, shrinks=self.shrinks, mesh=self.mesh, batch_axes=self.batch_axes)
-    out = jax.device_get(out)
-    lengths = np.asarray(out.lengths_R[:rows])
+    # Only this call's rows cross to the host, however large the capacity.
+    out = jax.device_get(out._replace(
+        tokens_RxM=out.tokens_RxM[:rows, :steps], logp_RxM=out.logp_RxM[:rows, :steps],
+        lengths_R=out.lengths_R[:rows], finished_R=out.finished_R[:rows]))
+    lengths = np.asarray(out.lengths_R)
     self.last_metrics = self._metrics(out, lengths)
     mask_BxL = np.arange(steps)[None, :] < lengths[:, None]
-    finished = np.asarray(out.finished_R[:rows], bool)
+    finished = np.asarray(out.finished_R, bool)
     return RolloutBatch(
-        tokens_BxL=np.asarray(out.tokens_RxM[:rows, :steps], np.int32), mask_BxL=mask_BxL,
-        logp_BxL=np.where(mask_BxL, out.logp_RxM[:rows, :steps], 0.0).astype(np.float32),
+        tokens_BxL=np.asarray(out.tokens_RxM, np.int32), mask_BxL=mask_BxL,
+        logp_BxL=np.where(mask_BxL, out.logp_RxM, 0.0).astype(np.float32),
         finished_B=finished, truncated_B=~finished,
         prompt_index_B=np.repeat(np.arange(num, dtype=np.int32), n), n=n)
+
+  def _chunks(self, tokens: int) -> int:
+    """``tokens`` rounded up to whole prefill chunks."""
+    return -(-int(tokens) // self.prefill_chunk) * self.prefill_chunk
 
   def _metrics(self, out, lengths) -> dict[str, float]:
     """The call's tokens generated, mean slot occupancy and live KV bytes per decode step."""

@@ -2,7 +2,8 @@
 
 Request ``r`` is sample ``r % n`` of prompt ``r // n``. Each loop iteration
 first refills every free slot with the next waiting request (prefilled into
-that slot's cache row in chunks of ``chunk`` tokens), then samples one token
+that slot's cache row in chunks of ``chunk`` tokens, up to ``group`` prompts
+of mixed lengths in one batched pass, `prefill_rows`), then samples one token
 in every busy slot and runs the new tokens through the model. A slot whose
 request ends (EOS or its token budget) is free at the next iteration, so the
 pool stays full until the queue is empty; the loop ends when the queue is
@@ -39,9 +40,10 @@ of it. Per refill and step the devices exchange their free and live slot
 counts alone; each writes its requests' tokens into its copy of the outputs,
 summed over the devices at the end.
 
-One compiled program covers any prompt lengths up to the prompt capacity
-(the chunk count is traced); it is specialised only on the pool, the
-request count bucket, the token budget bucket, the sampling flags and the mesh.
+One compiled program covers any prompt count, sample count and prompt
+length up to its capacities (the request count, ``n`` and the chunk count
+are traced): it is specialised only on the pool, the capacities (the shapes
+of its inputs and outputs), the sampling flags and the mesh.
 """
 
 from __future__ import annotations
@@ -122,29 +124,39 @@ def _set_row(tree, rows, i):
   return jax.tree.map(lambda x, r: jax.lax.dynamic_update_index_in_dim(x, r, i, 0), tree, rows)
 
 
-def prefill_row(model, prompt_L, prompt_len, cache_row, *, chunk: int, pad_id: int):
-  """Runs one prompt (left-aligned in ``prompt_L``) through the model in chunks into a
-  one-row cache, left-padded to `prompt_slots`. Returns (last_logits_V, cache_row,
-  kv_mask_S)."""
-  s = cache_row[0][0].shape[-1]
-  width = prompt_slots(prompt_len, chunk)
-  offset = width - prompt_len
+def prefill_rows(model, prompts_GxL, prompt_len_G, cache_rows, *, chunk: int, pad_id: int):
+  """Runs G prompts (left-aligned in ``prompts_GxL``) through the model together in
+  chunks into a G-row cache, each left-padded to its `prompt_slots`. Returns
+  (last_logits_GxV, cache_rows, kv_mask_GxS).
+
+  Chunk c of every row is written at slots [c * chunk, (c + 1) * chunk), so the rows
+  share one write index however their lengths differ; the pass runs the longest
+  row's chunk count. A row past its last chunk runs pad tokens at position 0 (finite
+  keys) into slots past its prompt, which its mask hides and its decode overwrites
+  before reading; its logits are those of its own last chunk."""
+  s = cache_rows[0][0].shape[-1]
+  width_G = prompt_slots(prompt_len_G, chunk)
+  offset_G = width_G - prompt_len_G
   slot_S = jnp.arange(s)
-  kv_mask_S = (slot_S >= offset) & (slot_S < width)
+  kv_mask_GxS = (slot_S[None] >= offset_G[:, None]) & (slot_S[None] < width_G[:, None])
+  last = prompts_GxL.shape[1] - 1
 
   def one_chunk(c, carry):
-    _, cache = carry
+    logits_GxV, cache = carry
     slot_C = c * chunk + jnp.arange(chunk)
-    idx_C = slot_C - offset
-    ids_C = jnp.where(idx_C >= 0, prompt_L[jnp.clip(idx_C, 0, prompt_L.shape[0] - 1)], pad_id)
-    logits_1x1xV, cache = model.forward_cached(
-        ids_C[None], jnp.maximum(idx_C, 0)[None], kv_mask_S[None], cache, c * chunk,
-        last_only=True)
-    return logits_1x1xV[0, 0], cache
+    idx_GxC = slot_C[None] - offset_G[:, None]
+    live_GxC = (idx_GxC >= 0) & (slot_C[None] < width_G[:, None])
+    ids_GxC = jnp.where(live_GxC, jnp.take_along_axis(prompts_GxL, jnp.clip(idx_GxC, 0, last),
+                                                      axis=1), pad_id)
+    chunk_logits_Gx1xV, cache = model.forward_cached(
+        ids_GxC, jnp.where(live_GxC, idx_GxC, 0), kv_mask_GxS, cache, c * chunk, last_only=True)
+    ends_G = (c + 1) * chunk == width_G
+    return jnp.where(ends_G[:, None], chunk_logits_Gx1xV[:, 0], logits_GxV), cache
 
-  logits_V = jnp.zeros((model.cfg.vocab_size,), jnp.float32)
-  logits_V, cache_row = jax.lax.fori_loop(0, width // chunk, one_chunk, (logits_V, cache_row))
-  return logits_V, cache_row, kv_mask_S
+  logits_GxV = jnp.zeros((prompts_GxL.shape[0], model.cfg.vocab_size), jnp.float32)
+  logits_GxV, cache_rows = jax.lax.fori_loop(0, width_G.max() // chunk, one_chunk,
+                                             (logits_GxV, cache_rows))
+  return logits_GxV, cache_rows, kv_mask_GxS
 
 
 def decode_rows(model, token_B, position_B, kv_mask_BxS, cache, index_B):
@@ -172,27 +184,29 @@ def _compact(pool: _Pool, size: int) -> _Pool:
 
 
 @functools.partial(jax.jit, static_argnames=(
-    "graphdef", "n", "slots", "max_new", "chunk", "eos_ids", "pad_id", "greedy", "top_k",
+    "graphdef", "slots", "max_new", "chunk", "group", "eos_ids", "pad_id", "greedy", "top_k",
     "use_top_p", "cache_dtype", "refill", "shrinks", "mesh", "batch_axes"))
-def run_pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, budget_R, key,
-             temperature, top_p, *, n: int, slots: int, max_new: int, chunk: int,
+def run_pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, n, budget_R, key,
+             temperature, top_p, *, slots: int, max_new: int, chunk: int, group: int,
              eos_ids: tuple[int, ...], pad_id: int, greedy: bool, top_k: int, use_top_p: bool,
              cache_dtype=None, refill: bool = True, shrinks: int = 0, mesh=None,
              batch_axes: tuple[str, ...] = ()) -> PoolOutput:
-  """Samples the first ``num_requests`` (traced) of P * n requests in a pool of ``slots``.
+  """Samples the first ``num_requests`` (traced) requests in a pool of ``slots``,
+  request r being sample ``r % n`` (``n`` traced) of prompt ``r // n``.
 
   ``prompts_PxL`` holds each prompt left-aligned, ``prompt_len_P`` their lengths
   (at most L, a multiple of ``chunk``); request r may sample up to
-  ``budget_R[r]`` (<= ``max_new``) tokens. Cache rows hold L + max_new slots.
-  Without ``refill`` requests enter only when every slot is free: a static batch
-  of ``slots`` rows that decodes until its longest row stops, on the same counters.
+  ``budget_R[r]`` (<= ``max_new``) tokens; R bounds ``num_requests``. Cache rows
+  hold L + max_new slots. A refill prefills up to ``group`` prompts together.
+  Without ``refill`` requests enter only when every slot is free: a static batch of
+  ``slots`` rows that decodes until its longest row stops, on the same counters.
   ``shrinks``: how many times the drain may halve the pool. With a ``mesh``, the
   slots are split over its ``batch_axes`` (``slots`` a multiple of their size).
   """
-  args = (state, prompts_PxL, prompt_len_P, num_requests, budget_R, key, temperature, top_p)
-  kw = dict(n=n, max_new=max_new, chunk=chunk, eos_ids=eos_ids, pad_id=pad_id, greedy=greedy,
-            top_k=top_k, use_top_p=use_top_p, cache_dtype=cache_dtype, refill=refill,
-            shrinks=shrinks)
+  args = (state, prompts_PxL, prompt_len_P, num_requests, n, budget_R, key, temperature, top_p)
+  kw = dict(max_new=max_new, chunk=chunk, group=group, eos_ids=eos_ids, pad_id=pad_id,
+            greedy=greedy, top_k=top_k, use_top_p=use_top_p, cache_dtype=cache_dtype,
+            refill=refill, shrinks=shrinks)
   if mesh is None or not batch_axes:
     return _pool(graphdef, *args, devices=_Devices((), 1), slots=slots, **kw)
   count = 1
@@ -205,13 +219,15 @@ def run_pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, budget_R,
                        check_vma=False)(*args)
 
 
-def _pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, budget_R, key, temperature,
-          top_p, *, devices: _Devices, slots: int, n: int, max_new: int, chunk: int,
+def _pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, n, budget_R, key,
+          temperature, top_p, *, devices: _Devices, slots: int, max_new: int, chunk: int,
+          group: int,
           eos_ids: tuple[int, ...], pad_id: int, greedy: bool, top_k: int, use_top_p: bool,
           cache_dtype, refill: bool, shrinks: int) -> PoolOutput:
   """`run_pool` on one device's ``slots`` slots, the queue shared with ``devices``."""
   model = nnx.merge(graphdef, state)
-  r = prompts_PxL.shape[0] * n
+  r = budget_R.shape[0]
+  group = min(group, slots)
   width = prompts_PxL.shape[1] + max_new
   eos_E = jnp.asarray(eos_ids, jnp.int32)
   zeros = lambda dt: jnp.zeros((slots,), dt)
@@ -224,23 +240,30 @@ def _pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, budget_R, ke
                jnp.zeros((slots, model.cfg.vocab_size), jnp.float32),
                jnp.zeros((slots, width), bool), model.init_cache(slots, width, cache_dtype), out)
 
-  def admit(req, pool: _Pool) -> _Pool:
-    """Request ``req`` into this device's first free slot."""
-    slot = jnp.argmin(pool.busy_B)
-    prompt = req // n
-    plen = prompt_len_P[prompt]
-    logits_V, cache_row, kv_mask_S = prefill_row(
-        model, prompts_PxL[prompt], plen, _row(pool.cache, slot), chunk=chunk, pad_id=pad_id)
-    put = lambda x_B, v: x_B.at[slot].set(v)
+  def admit(group, first, take, pool: _Pool) -> _Pool:
+    """Requests [first, first + take) (``take`` <= ``group``) into this device's first
+    free slots, in slot order, prefilled together."""
+    valid_G = jnp.arange(group) < take
+    free_G = jnp.argsort(pool.busy_B.astype(jnp.int32), stable=True)[:group]
+    slot_G = jnp.where(valid_G, free_G, slots)  # slots: out of bounds, dropped
+    req_G = first + jnp.arange(group)
+    # A row past ``take`` runs a one-chunk prompt whose results are dropped.
+    prompt_G = jnp.minimum(req_G, num_requests - 1) // n
+    plen_G = jnp.where(valid_G, prompt_len_P[prompt_G], 1)
+    logits_GxV, cache_rows, kv_mask_GxS = prefill_rows(
+        model, prompts_PxL[prompt_G], plen_G, jax.tree.map(lambda x: x[free_G], pool.cache),
+        chunk=chunk, pad_id=pad_id)
+    put = lambda x_B, v_G: x_B.at[slot_G].set(v_G, mode="drop")
     return pool._replace(
-        req_B=put(pool.req_B, req), step_B=put(pool.step_B, 0),
-        base_B=put(pool.base_B, prompt_slots(plen, chunk)), plen_B=put(pool.plen_B, plen),
-        busy_B=put(pool.busy_B, True), logits_BxV=put(pool.logits_BxV, logits_V),
-        kv_mask_BxS=put(pool.kv_mask_BxS, kv_mask_S),
-        cache=_set_row(pool.cache, cache_row, slot))
+        req_B=put(pool.req_B, req_G), step_B=put(pool.step_B, jnp.zeros_like(req_G)),
+        base_B=put(pool.base_B, prompt_slots(plen_G, chunk)), plen_B=put(pool.plen_B, plen_G),
+        busy_B=put(pool.busy_B, valid_G), logits_BxV=put(pool.logits_BxV, logits_GxV),
+        kv_mask_BxS=put(pool.kv_mask_BxS, kv_mask_GxS),
+        cache=jax.tree.map(put, pool.cache, cache_rows))
 
   def refill_slots(pool: _Pool) -> _Pool:
-    """The waiting requests into the free slots, in the order of the slots' global index."""
+    """The waiting requests into the free slots, in the order of the slots' global index,
+    ``group`` at a time (a lone one alone)."""
     free_D = devices.gather(slots - pool.busy_B.sum(dtype=jnp.int32))
     first = pool.next_req + jnp.cumsum(free_D)[devices.index()] - free_D[devices.index()]
     take = jnp.clip(num_requests - first, 0, free_D[devices.index()])
@@ -248,9 +271,17 @@ def _pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, budget_R, ke
     if not refill:  # a static batch fills an empty pool
       opens = devices.sum(pool.busy_B.sum(dtype=jnp.int32)) == 0
       take, admitted = jnp.where(opens, take, 0), jnp.where(opens, admitted, 0)
-    _, pool = jax.lax.while_loop(lambda c: c[0] < take,
-                                 lambda c: (c[0] + 1, admit(first + c[0], c[1])),
-                                 (jnp.int32(0), pool))
+    def admit_next(c):
+      # A lone request (most refills of a full pool) is prefilled alone: a group's pass
+      # would compute ``group`` prompts for it. Both passes are in the one program.
+      done, pool = c
+      left = take - done
+      pool = jax.lax.cond(left > 1,
+                          lambda p: admit(group, first + done, jnp.minimum(left, group), p),
+                          lambda p: admit(1, first + done, jnp.minimum(left, 1), p), pool)
+      return done + jnp.where(left > 1, group, 1), pool
+
+    _, pool = jax.lax.while_loop(lambda c: c[0] < take, admit_next, (jnp.int32(0), pool))
     return pool._replace(next_req=pool.next_req + admitted)
 
   def step(pool: _Pool, size: int) -> _Pool:

@@ -23,10 +23,15 @@ def tokenizer_identity(tokenizer) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class PoolSettings:
-  """The slot pool's shape (``rollout.pool_*``; the prompt capacity is ``max_prompt_len``)."""
+  """The slot pool's shape (``rollout.pool_*``) and the capacities its program is
+  compiled for: ``max_prompt_len`` and ``max_response_len`` tokens, a step's
+  ``prompts_per_step`` x ``n`` requests (a larger call, validation's, raises the last
+  once)."""
   slots: int
   prefill_chunk: int
   max_prompt_len: int
+  max_new_tokens: int = 16
+  max_requests: int = 1
 
   @classmethod
   def from_config(cls, cfg) -> "PoolSettings | None":
@@ -34,7 +39,8 @@ class PoolSettings:
     r = cfg.rollout
     if cfg.engine != "jax" or r.sampler != "pool":
       return None
-    return cls(r.pool_slots, r.pool_prefill_chunk, cfg.max_prompt_len)
+    return cls(r.pool_slots, r.pool_prefill_chunk, cfg.max_prompt_len, cfg.max_response_len,
+               cfg.prompts_per_step * cfg.n)
 
 
 @dataclasses.dataclass
@@ -126,7 +132,9 @@ def make_policy(name: str, model, tokenizer, opt_cfg, prompt_suffix: str, *,
     engine = ContinuousSamplerEngine(model, eos_ids=tokenizer.eos_token_id,
                                      pad_id=tokenizer.pad_token_id, slots=pool.slots,
                                      prefill_chunk=pool.prefill_chunk,
-                                     max_prompt_len=pool.max_prompt_len, mesh=mesh)
+                                     max_prompt_len=pool.max_prompt_len,
+                                     max_new_tokens=pool.max_new_tokens,
+                                     max_requests=pool.max_requests, mesh=mesh)
   ref = jax.tree.map(np.asarray, params) if keep_reference else None
   return Policy(name, graphdef, params, opt_state, tx, tokenizer, engine, prompt_suffix, ref, mesh,
                 param_sharding, opt_sharding)

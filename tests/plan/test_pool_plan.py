@@ -77,7 +77,7 @@ def test_the_plan_samples_and_validates_through_the_pool_when_the_config_selects
         cfg.prompts_per_step * cfg.n)  # the verifier's seconds scale with the items
   runs = phases.validations(cfg, 10)
   assert plan.run_terms["validation"].seconds == pytest.approx(runs * validation, rel=1e-9)
-  # The pool's programs: one per prompt-count bucket (a step's prompts, the suite's).
+  # The pool's programs: a step's request capacity, raised once for the suite's call.
   pool_programs = int(plan.run_terms["compile"].detail.split()[0])
   static_programs = int(static.run_terms["compile"].detail.split()[0])
   static_sampler = sum(

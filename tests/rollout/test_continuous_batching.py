@@ -1,5 +1,5 @@
 """ContinuousSamplerEngine: the static sampler's tokens under the same keys, whatever
-the pool size; one compiled program across prompt lengths and counts; its
+the pool size; one compiled program across prompt counts, samples and lengths; its
 occupancy and live-KV figures against a schedule worked out by hand."""
 
 import numpy as np
@@ -55,25 +55,38 @@ def test_pool_samples_what_the_static_sampler_does(model, params):
 
 def test_rows_do_not_depend_on_their_slot(model):
   """One slot decodes the rows one after another; five start most of them at once,
-  in other slots and at other pool steps."""
+  in other slots and at other pool steps, their prompts (1 and 3 chunks) prefilled
+  together: all five in one pass, or three then two (a pass with an empty row)."""
   params = SamplingParams(max_new_tokens=24, temperature=1.0, seed=11)
   one = _continuous(model, slots=1).generate(PROMPTS, 2, params)
   five = _continuous(model, slots=5).generate(PROMPTS, 2, params)
   assert len(set(one.lengths_B.tolist())) > 2
   _assert_same(one, five)
+  _assert_same(one, _continuous(model, slots=5, prefill_group=3).generate(PROMPTS, 2, params))
 
 
-def test_one_program_across_prompt_lengths_and_counts(model):
-  engine = _continuous(model, slots=3)
+def test_one_program_across_prompt_counts_samples_and_lengths(model):
+  """Capacities set at construction: every call within them, whatever its prompt count,
+  samples per prompt and lengths, runs the first call's program."""
+  engine = ContinuousSamplerEngine(model, eos_ids=EOS, pad_id=PAD, slots=3, max_prompt_len=48,
+                                   max_new_tokens=10, max_requests=12)
   params = SamplingParams(max_new_tokens=10, temperature=1.0)
   before = run_pool._cache_size()  # pylint: disable=protected-access
-  for prompts in ([[5] * 3, [6] * 4], [[7] * 20, [8] * 45], [[9] * 33, [4] * 2], [[6] * 17]):
-    engine.generate(prompts, 2, params)
+  for prompts, n in (([[5] * 3, [6] * 4], 2), ([[7] * 20, [8] * 45, [9] * 33], 4),
+                     ([[6] * 17], 1), ([[4] * 2] * 5, 2), ([[3] * 48], 12)):
+    batch = engine.generate(prompts, n, params)
+    assert batch.tokens_BxL.shape == (len(prompts) * n, 10)
     engine.set_weights(model)
-  # One program for every prompt length within the capacity (48) and each prompt-count
-  # bucket (2 prompts, then 1); new weights compile nothing.
-  assert run_pool._cache_size() - before == 2  # pylint: disable=protected-access
-  engine.generate([[5] * 60], 2, params)  # past the capacity: a wider cache
+  engine.generate([[5] * 3], 2, SamplingParams(max_new_tokens=6, temperature=1.0))
+  assert run_pool._cache_size() - before == 1  # pylint: disable=protected-access
+  # Past a capacity: one more program, whose capacity the smaller calls then reuse.
+  engine.generate([[5] * 60], 2, params)
+  assert engine.max_prompt_len == 64
+  engine.generate([[7] * 20] * 7, 2, params)
+  assert engine.max_requests == 16
+  assert run_pool._cache_size() - before == 3  # pylint: disable=protected-access
+  engine.generate([[5] * 3, [6] * 4], 2, params)
+  engine.generate([[9] * 50] * 3, 5, params)
   assert run_pool._cache_size() - before == 3  # pylint: disable=protected-access
 
 
