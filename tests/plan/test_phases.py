@@ -40,7 +40,8 @@ def test_the_plans_phases_are_the_phases_the_trainer_records(tmp_path):
   assert phases.recorded_phases(dict.fromkeys(keys), names) == set(phases.PHASE_TIMINGS)
   covered = {pat.format(m=m) for pats in phases.PHASE_TIMINGS.values() for pat in pats
              for m in names}
-  bookkeeping = {"step_s", "compiles"} | {f"{m}/sample_{e}_s" for m in names
+  bookkeeping = {"step_s", "compiles"} | {f"{m}/{phase}_{e}_s" for m in names
+                                          for phase in ("sample", "eval")
                                           for e in ("start", "end")}
   assert keys - bookkeeping == covered  # no recorded phase the plan leaves out
   assert rows[0]["time/compiles"] > 0 and rows[0]["time/compile_s"] > 0  # the first step's
