@@ -42,7 +42,7 @@ from graft_jax.rollout.decode_weights import decoding_weights
 from graft_jax.rollout.kv_budget import bucket, kv_bytes_per_row
 from graft_jax.rollout.slot_pool import run_pool
 from graft_jax.rollout.types import RolloutBatch, SamplingParams, check_generate_args
-from graft_jax.sharding import LogicalRules, batch_shards
+from graft_jax.sharding import batch_axes, batch_shards
 
 
 class ContinuousSamplerEngine:
@@ -96,8 +96,7 @@ class ContinuousSamplerEngine:
     self.shrinks = int(shrinks) if refill else 0  # a static batch keeps its size
     self.mesh, self.batch_axes, self.row_shards = mesh, (), 1
     if mesh is not None:
-      spec = LogicalRules().spec(("batch",), mesh=mesh)[0]
-      self.batch_axes = () if spec is None else (spec,) if isinstance(spec, str) else tuple(spec)
+      self.batch_axes = batch_axes(mesh)
       self.row_shards = batch_shards(mesh)
       if self.slots % self.row_shards:
         raise ValueError(f"ContinuousSamplerEngine: slots ({self.slots}) must be a multiple of "

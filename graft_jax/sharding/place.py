@@ -47,12 +47,15 @@ def batch_sharding(mesh: Mesh, rules: LogicalRules | None = None, ndim: int = 2,
   return NamedSharding(mesh, rules.spec(tuple(axes), mesh=mesh))
 
 
+def batch_axes(mesh: Mesh, rules: LogicalRules | None = None) -> tuple[str, ...]:
+  """The mesh axes the batch rule splits rows over (none: rows are replicated)."""
+  spec = (rules or LogicalRules()).spec(("batch",), mesh=mesh)[0]
+  return () if spec is None else (spec,) if isinstance(spec, str) else tuple(spec)
+
+
 def batch_shards(mesh: Mesh, rules: LogicalRules | None = None) -> int:
   """How many ways the batch rule splits rows: a row count must be a multiple of it."""
-  rules = rules or LogicalRules()
-  spec = rules.spec(("batch",), mesh=mesh)[0]
-  names = () if spec is None else (spec,) if isinstance(spec, str) else spec
-  return int(np.prod([mesh.shape[a] for a in names]))
+  return int(np.prod([mesh.shape[a] for a in batch_axes(mesh, rules)]))
 
 
 def shard_model(model: nnx.Module, mesh: Mesh, rules: LogicalRules | None = None):
