@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 
 import jax
+import jax.numpy as jnp
 
 from graft_jax.backends import cpu, gpu
 
@@ -43,6 +44,15 @@ def matmul(x_MxK, w_KxN):
   if platform() == "cpu":
     return cpu.matmul_cpu(x_MxK, w_KxN)
   return x_MxK @ w_KxN
+
+
+def einsum_f32(spec: str, a, b):
+  """``jnp.einsum(spec, a, b)`` accumulated and returned in float32. A GPU or TPU takes
+  bf16 operands with a float32 result in one dot; XLA's CPU runtime has no batched
+  bf16 x bf16 -> f32 dot, so on a CPU the operands are widened first."""
+  if platform() == "cpu":
+    return jnp.einsum(spec, a.astype(jnp.float32), b.astype(jnp.float32))
+  return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
 
 
 def decode_attention_reason(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH) -> str | None:

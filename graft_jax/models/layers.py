@@ -229,8 +229,7 @@ class Attention(nnx.Module):
       probs_BxKxGxS = self._softmax(scores, mask_BxTxS, h, dt)[:, :, :, 0]
       out_BxKxGxH = (probs_BxKxGxS[..., None] * v_BxKxSxH[:, :, None]).sum(axis=3)
       return out_BxKxGxH[:, None]
-    scores = jnp.einsum("btkgh,bkhs->bkgts", q_BxTxKxGxH, k_BxKxHxS,
-                        preferred_element_type=jnp.float32)
+    scores = backends.einsum_f32("btkgh,bkhs->bkgts", q_BxTxKxGxH, k_BxKxHxS)
     probs = self._softmax(scores, mask_BxTxS, h, dt)
     return jnp.einsum("bkgts,bksh->btkgh", probs, v_BxKxSxH)
 

@@ -92,3 +92,29 @@ def test_sampler_streams_by_backend(platform):
   assert engine.streams == (4 if platform == "cpu" else 1)
   assert JaxSamplerEngine(init_model(CFG, rngs=nnx.Rngs(0)), eos_ids=1, pad_id=0,
                           streams=3).streams == 3
+
+
+def test_einsum_f32_of_bf16_operands_is_float32_and_exact(monkeypatch):
+  """On a CPU, bf16 operands are widened and the products summed in float32: float64
+  NumPy of the same bf16 values, to float32's rounding."""
+  monkeypatch.setattr(backends, "platform", lambda: "cpu")
+  rng = np.random.default_rng(7)
+  a = jnp.asarray(rng.normal(size=(2, 3, 2, 4, 16)), jnp.bfloat16)
+  b = jnp.asarray(rng.normal(size=(2, 2, 16, 5)), jnp.bfloat16)
+  got = jax.jit(lambda a, b: backends.einsum_f32("btkgh,bkhs->bkgts", a, b))(a, b)
+  want = np.einsum("btkgh,bkhs->bkgts", np.asarray(a, np.float64), np.asarray(b, np.float64))
+  assert got.dtype == jnp.float32
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+def test_einsum_f32_keeps_bf16_operands_for_a_gpu(monkeypatch):
+  """Traced for a GPU, the dot takes the bf16 operands as they are, with a float32
+  result (the tensor cores' bf16 path), and nothing widens them."""
+  monkeypatch.setattr(backends, "platform", lambda: "gpu")
+  a = jnp.zeros((2, 3, 2, 4, 16), jnp.bfloat16)
+  b = jnp.zeros((2, 2, 16, 5), jnp.bfloat16)
+  jaxpr = jax.make_jaxpr(lambda a, b: backends.einsum_f32("btkgh,bkhs->bkgts", a, b))(a, b)
+  dots = [e for e in jaxpr.eqns if e.primitive.name == "dot_general"]
+  assert len(dots) == 1 and dots[0].params["preferred_element_type"] == jnp.float32
+  assert [v.aval.dtype for v in dots[0].invars] == [jnp.bfloat16, jnp.bfloat16]
+  assert not [e for e in jaxpr.eqns if e.primitive.name == "convert_element_type"]

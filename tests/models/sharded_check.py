@@ -6,7 +6,9 @@ Prints one line per check and exits non-zero on the first mismatch.
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+from tests import fake_devices  # noqa: E402
+
+os.environ["XLA_FLAGS"] = fake_devices.env(8)["XLA_FLAGS"]
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

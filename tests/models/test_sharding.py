@@ -1,6 +1,5 @@
 """Mesh and logical rules; sharded == unsharded on 8 fake CPU devices (subprocess)."""
 
-import os
 import pathlib
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import tiny_hf
 from jax.sharding import PartitionSpec as P
 
 from graft_jax.sharding import LogicalRules, MeshConfig, ShardingError, make_mesh
+from tests import fake_devices
 
 
 def test_default_rules_place_weights():
@@ -48,8 +48,7 @@ def test_mesh_config():
 def test_sharded_equals_unsharded_on_8_cpu_devices(ckpt_root):
   script = pathlib.Path(__file__).with_name("sharded_check.py")
   root = pathlib.Path(__file__).parents[2]
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-             JAX_PLATFORMS="cpu", PYTHONPATH=str(root))
+  env = fake_devices.env(8, PYTHONPATH=str(root))
   paths = [str(tiny_hf.checkpoint(f, ckpt_root).path) for f in tiny_hf.FAMILIES]
   proc = subprocess.run([sys.executable, str(script), *paths], env=env,
                         capture_output=True, text=True, timeout=600)

@@ -2,6 +2,7 @@
 the pool size; one compiled program across prompt counts, samples and lengths; its
 occupancy and live-KV figures against a schedule worked out by hand."""
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import tiny_hf
@@ -156,3 +157,16 @@ def test_budgets_are_checked(model):
   engine = _continuous(model, slots=2)
   with pytest.raises(ValueError, match="budgets"):
     engine.generate([[5, 6]], 2, SamplingParams(max_new_tokens=4), budgets=[1, 5])
+
+
+def test_bf16_compute_prefills_a_group_on_a_cpu(ckpt_root):
+  """bf16 weights and compute: a group's prefill scores its queries in one batched dot,
+  which XLA's CPU runtime runs only with float32 operands (`backends.einsum_f32`); the
+  rows equal those of a pool that prefills each request alone."""
+  bf16 = load_hf(tiny_hf.checkpoint("qwen3", ckpt_root).path, dtype=jnp.bfloat16,
+                 compute_dtype=jnp.bfloat16)[0]
+  params = SamplingParams(max_new_tokens=12, temperature=1.0, seed=2)
+  grouped = _continuous(bf16, slots=5).generate(PROMPTS, 2, params)
+  alone = _continuous(bf16, slots=5, prefill_group=1).generate(PROMPTS, 2, params)
+  assert np.isfinite(grouped.logp_BxL).all()
+  _assert_same(grouped, alone)

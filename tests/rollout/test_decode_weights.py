@@ -5,7 +5,6 @@ weights, decoded as they are, put gathers and reductions in every step), and the
 tokens are one device's."""
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from graft_jax.models import ModelConfig, init_model
 from graft_jax.rollout import JaxSamplerEngine, SamplingParams
 from graft_jax.rollout.decode_weights import decoding_sharding, decoding_weights
 from graft_jax.sharding import make_mesh
+from tests import fake_devices
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -59,8 +59,7 @@ def test_engine_decodes_from_the_compute_dtype():
 
 @pytest.fixture(scope="module")
 def report():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
-             JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+  env = fake_devices.env(4, PYTHONPATH=str(ROOT))
   proc = subprocess.run([sys.executable, "-m", "tests.rollout.decode_weights_script"],
                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
   assert proc.returncode == 0, proc.stderr[-3000:]

@@ -5,7 +5,7 @@ samples on one device, on the same schedule, in one program per sampling flag se
 import numpy as np
 import pytest
 
-from tests.rollout.fake_devices import run_script
+from tests.fake_devices import run_script
 
 
 @pytest.fixture(scope="module")

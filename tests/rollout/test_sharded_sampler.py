@@ -4,7 +4,7 @@ on one device, and each device holds only its share of the rows (8 fake CPU devi
 import numpy as np
 import pytest
 
-from tests.rollout.fake_devices import run_script
+from tests.fake_devices import run_script
 
 pytestmark = pytest.mark.slow  # three meshes, each compiling the sampler a few times
 

@@ -1,6 +1,5 @@
 """`launch/train.py --config.mesh.*` builds that mesh and trains on it (8 fake CPU devices)."""
 
-import os
 import re
 import subprocess
 import sys
@@ -10,6 +9,7 @@ import pytest
 from graft_jax.outputs import metrics_writer as metrics
 from tests.launch.conftest import REPO, real_pair_files  # noqa: F401  (the fixture)
 from tests.launch.test_real_pair_example import SMALL
+from tests import fake_devices
 
 pytestmark = pytest.mark.slow  # one launcher run: two tiny models compiled on a mesh
 
@@ -23,8 +23,7 @@ def test_launcher_honours_the_mesh_flags(real_pair_files, tmp_path):  # noqa: F8
           "--config.mesh.data=2", "--config.mesh.fsdp=4", "--config.mesh.tensor=1",
           "--config.perf.micro_batch_tokens=64", "--config.eval.every_steps=0",
           *[a for a in SMALL if not a.startswith("--steps")], "--steps=1", f"--workdir={work}"]
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-             JAX_PLATFORMS="cpu")
+  env = fake_devices.env(8)
   proc = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
   out = proc.stdout + proc.stderr
   assert proc.returncode == 0, out[-3000:]
@@ -39,8 +38,7 @@ def test_a_mesh_the_devices_cannot_fill_fails_before_models_load(real_pair_files
           f"--config.model_a.path={f['smollm3']}", f"--config.model_b.path={f['qwen3']}",
           f"--config.data.train_path={f['train']}", f"--config.eval.data_dir={f['eval']}",
           "--config.mesh.data=3", "--config.mesh.fsdp=1", *SMALL, f"--workdir={tmp_path}/run"]
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-             JAX_PLATFORMS="cpu")
+  env = fake_devices.env(8)
   proc = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode != 0
   assert "mesh" in proc.stderr.strip().splitlines()[-1]

@@ -2,13 +2,13 @@
 equals the unsharded step, and every param and optimizer leaf keeps its intended sharding."""
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from tests import fake_devices
 
 pytestmark = pytest.mark.slow  # three trainers, each compiling two policies' step
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -16,8 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-             JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+  env = fake_devices.env(8, PYTHONPATH=str(ROOT))
   out = tmp_path_factory.mktemp("sharded")
   proc = subprocess.run([sys.executable, "-m", "tests.sharding.graft_step_script", str(out)],
                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)

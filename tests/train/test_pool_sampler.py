@@ -99,7 +99,7 @@ def test_pool_validation_is_one_call_per_model_over_the_whole_suite(tmp_path):
 
 @pytest.mark.slow  # two toy runs of two steps under 4 fake devices, in a fresh interpreter
 def test_a_pool_run_on_a_mesh_samples_what_one_device_samples():
-  from tests.rollout.fake_devices import run_script
+  from tests.fake_devices import run_script
   report = run_script("tests.train.sharded_pool_run_script", devices=4)
   (single_engines, single), (sharded_engines, sharded) = report["single"], report["sharded"]
   assert {e["type"] for e in sharded_engines.values()} == {"ContinuousSamplerEngine"}

@@ -3,21 +3,20 @@ scorer's ids and mask are split over the mesh's batch axes), chunks hold the per
 token budget times the devices, and the values equal one-device scoring."""
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from tests import fake_devices
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def report():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
-             JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+  env = fake_devices.env(4, PYTHONPATH=str(ROOT))
   proc = subprocess.run([sys.executable, "-m", "tests.train.scoring_mesh_script"], cwd=ROOT,
                         env=env, capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]

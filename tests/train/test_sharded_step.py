@@ -1,21 +1,20 @@
 """One train step on a data x fsdp x tensor mesh of 8 fake CPU devices equals the unsharded step."""
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from tests import fake_devices
 
 pytestmark = pytest.mark.slow
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_sharded_step_equals_single_device(tmp_path):
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-             PYTHONPATH=str(ROOT))
+  env = fake_devices.env(8, PYTHONPATH=str(ROOT))
   proc = subprocess.run([sys.executable, "-m", "tests.train.sharded_step_script", str(tmp_path)],
                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
   assert proc.returncode == 0, proc.stderr[-3000:]
