@@ -113,6 +113,9 @@ def pair_config(arg, *, pair, model_a, model_b):
   c.mesh.update(dict(data=1, fsdp=-1, tensor=1))
   c.perf.update(dict(micro_batch_tokens=6144, remat='full', scan_layers=True,
                      attention_impl='auto', sampler_max_kv_bytes=32 * 2**30))
+  # With rollout.sampler=pool: prompts prefilled 64 tokens a pass (MATH prompts are
+  # mostly under 300 tokens; 16 a pass reads the weights 4x as often, launch/plan.py).
+  c.rollout.pool_prefill_chunk = 64
   c.checkpoint.async_save = True  # fp32 params and moments: write while the next step runs
   if c.engine == 'vllm':
     four_gpu_placement(c)

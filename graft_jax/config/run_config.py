@@ -88,6 +88,9 @@ class RolloutConfig:
   sampler: str = 'static'
   pool_slots: int = 64  # decode rows of the pool; its KV cache holds this many windows
   pool_prefill_chunk: int = 16  # prompt tokens per prefill pass (a prompt takes a multiple)
+  # Prompts a refill prefills together in one batched pass per chunk (a lone one alone):
+  # fewer passes over the weights, each computing this many rows.
+  pool_prefill_group: int = 8
 
 
 @dataclasses.dataclass(frozen=True)

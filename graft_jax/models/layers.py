@@ -16,6 +16,7 @@ from flax import nnx
 
 from graft_jax import backends
 from graft_jax.models.attention import MASK_VALUE, attention, resolve_impl
+from graft_jax.models.chunk_attention import chunk_attention, key_block
 from graft_jax.models.matmul import linear
 
 
@@ -173,6 +174,10 @@ class Attention(nnx.Module):
     elif fresh and (cache is None or self._prefill_impl(q_BxTxKxGxH) != "dense"):
       out_BxTxKxGxH = attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxS[:, :t],
                                 impl=self._prefill_impl(q_BxTxKxGxH), block=self.attention_block)
+    elif cache is not None and t > 1 and self._chunk_block(q_BxTxKxGxH, kv_mask_BxS):
+      # A prefill chunk at a traced slot: only the key blocks up to its last query.
+      out_BxTxKxGxH, _ = chunk_attention(q_BxTxKxGxH, *cache, kv_mask_BxS, cache_index,
+                                         block=self._chunk_block(q_BxTxKxGxH, kv_mask_BxS))
     else:
       out_BxTxKxGxH = self._cached(q_BxTxKxGxH, cache, kv_mask_BxS, cache_index, dt)
     out_BxTxNxH = out_BxTxKxGxH.reshape(b, t, n, h)
@@ -183,6 +188,16 @@ class Attention(nnx.Module):
     return resolve_impl(self.attention_impl, dtype=q_BxTxKxGxH.dtype,
                         head_dim=q_BxTxKxGxH.shape[-1], length=q_BxTxKxGxH.shape[1],
                         block=self.attention_block)
+
+  def _chunk_block(self, q_BxTxKxGxH, kv_mask_BxS) -> int:
+    """The key block a prefill chunk over a cache walks (`graft_jax.models.chunk_attention`),
+    0 where it attends densely over the whole window (`_cached`): where the attention
+    implementation for a row of the window's length is 'dense' ('auto' on a CPU up to
+    one attention block), or the window has no power-of-two block of >= 16 slots."""
+    s = kv_mask_BxS.shape[1]
+    impl = resolve_impl(self.attention_impl, dtype=q_BxTxKxGxH.dtype,
+                        head_dim=q_BxTxKxGxH.shape[-1], length=s, block=self.attention_block)
+    return 0 if impl == "dense" else key_block(s, self.attention_block)
 
   def _decode_kernel(self, q_BxTxKxGxH, cache) -> bool:
     """Whether a decode step (one query per row) writes its key and value and
@@ -213,8 +228,9 @@ class Attention(nnx.Module):
 
   def _cached(self, q_BxTxKxGxH, cache, kv_mask_BxS, cache_index, dt):
     """Dense attention of queries at slots cache_index.. over the whole cache
-    (XLA's formulation; a decode step may run in the CPU kernel instead,
-    `_decode_kernel`)."""
+    (XLA's formulation, and the reference of the other cached paths: a decode step
+    may run in the CPU kernel or the live-span kernel, a prefill chunk in the
+    block walk, `_chunk_block`)."""
     b, t, _, _, h = q_BxTxKxGxH.shape
     k_BxKxHxS, v_BxKxSxH = cache[0].astype(dt), cache[1].astype(dt)
     s = kv_mask_BxS.shape[1]

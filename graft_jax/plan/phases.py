@@ -199,7 +199,8 @@ def plan_engine(cfg, models: dict, engine: str, devices: int, rates, a: Assumpti
       return sampling_plan.pool_generate(mc, lengths, prompts=prompts, n=k,
                                          prompt_longest=a.prompt_longest,
                                          slots=cfg.rollout.pool_slots, rates=rates,
-                                         prefill_chunk=cfg.rollout.pool_prefill_chunk, seed=seed)
+                                         prefill_chunk=cfg.rollout.pool_prefill_chunk,
+                                         prefill_group=cfg.rollout.pool_prefill_group, seed=seed)
     if engine == "jax":
       return sampling_plan.jax_generate(mc, lengths, prompts=prompts, n=k,
                                         prompt_longest=a.prompt_longest,

@@ -100,11 +100,14 @@ def makespan(lengths_R: np.ndarray, slots: int) -> int:
 
 
 def pool_generate(mc, lengths, *, prompts: int, n: int, prompt_longest: int, slots: int,
-                  rates, prefill_chunk: int = 16, seed: int = 0, live: bool = True) -> Generate:
+                  rates, prefill_chunk: int = 16, prefill_group: int = 8, seed: int = 0,
+                  live: bool = True) -> Generate:
   """The slot pool's ``generate`` of ``prompts`` x ``n`` rows over ``slots`` slots on one
   device: makespan steps, each reading every weight and, with the live-token kernel
   (``live``, the pool's choice on GPUs), each row's prompt and tokens so far, else
-  ``slots`` whole windows (prompt capacity + new-token bucket); plus a prefill per row."""
+  ``slots`` whole windows (prompt capacity + new-token bucket); plus a prefill per row:
+  its prompt's FLOPs (each chunk attends over the prompt's slots, not the window), or,
+  where more, the weights read once per chunk pass of ``prefill_group`` rows."""
   rows = lengths.sample(prompts * n, seed).astype(np.float64)
   steps = makespan(rows, slots)
   width = -(-prompt_longest // prefill_chunk) * prefill_chunk
@@ -120,8 +123,11 @@ def pool_generate(mc, lengths, *, prompts: int, n: int, prompt_longest: int, slo
     flops = steps * slots * costs.decode_flops_per_token(mc, window)
   decode = max(read / (rates.window_hbm_efficiency * rates.hbm_bytes_per_s),
                flops / (rates.decode_mfu * rates.peak_flops))
-  prefill = prompts * n * width * costs.score_flops_per_token(mc, width) / (
-      rates.score_mfu * rates.peak_flops)
+  passes = -(-prompts * n // max(1, min(prefill_group, slots))) * (width // prefill_chunk)
+  prefill = max(prompts * n * width * costs.score_flops_per_token(mc, width)
+                / (rates.score_mfu * rates.peak_flops),
+                passes * SERVE_BYTES * costs.all_params(mc)
+                / (rates.hbm_efficiency * rates.hbm_bytes_per_s))
   cast = costs.all_params(mc) * (4 + SERVE_BYTES) / (rates.hbm_efficiency * rates.hbm_bytes_per_s)
   return Generate(decode + prefill + cast, 1, slots, steps, 0 if live else window)
 

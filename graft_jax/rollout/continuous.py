@@ -12,7 +12,11 @@ differently padded cache). The pool runs the model one row at a time under
 ``jax.vmap``: on a GPU its decode attention is the live-span Pallas kernel
 (`graft_jax.backends.gpu.live_decode`, each row's reads following its live
 tokens) where the cache window is whole blocks of 16 slots (a ``prefill_chunk``
-multiple of 16), elsewhere XLA's.
+multiple of 16), elsewhere XLA's. A prompt is prefilled in chunks of
+``prefill_chunk`` tokens, each attending flash-style over the key blocks up to its
+last slot, not the whole window (`graft_jax.models.chunk_attention`; where the
+window is short enough for the model's attention to be 'dense', XLA's dense
+attention over it).
 
 Once the queue is empty the drain halves the pool whenever the live rows fit
 half of it, up to ``shrinks`` times, inside the same program

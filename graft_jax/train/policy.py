@@ -29,6 +29,7 @@ class PoolSettings:
   once)."""
   slots: int
   prefill_chunk: int
+  prefill_group: int
   max_prompt_len: int
   max_new_tokens: int = 16
   max_requests: int = 1
@@ -39,8 +40,8 @@ class PoolSettings:
     r = cfg.rollout
     if cfg.engine != "jax" or r.sampler != "pool":
       return None
-    return cls(r.pool_slots, r.pool_prefill_chunk, cfg.max_prompt_len, cfg.max_response_len,
-               cfg.prompts_per_step * cfg.n)
+    return cls(r.pool_slots, r.pool_prefill_chunk, r.pool_prefill_group, cfg.max_prompt_len,
+               cfg.max_response_len, cfg.prompts_per_step * cfg.n)
 
 
 @dataclasses.dataclass
@@ -132,6 +133,7 @@ def make_policy(name: str, model, tokenizer, opt_cfg, prompt_suffix: str, *,
     engine = ContinuousSamplerEngine(model, eos_ids=tokenizer.eos_token_id,
                                      pad_id=tokenizer.pad_token_id, slots=pool.slots,
                                      prefill_chunk=pool.prefill_chunk,
+                                     prefill_group=pool.prefill_group,
                                      max_prompt_len=pool.max_prompt_len,
                                      max_new_tokens=pool.max_new_tokens,
                                      max_requests=pool.max_requests, mesh=mesh)

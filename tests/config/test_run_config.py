@@ -168,6 +168,7 @@ INVALID = [
     (dict(rollout__sampler='pooled'), "rollout.sampler must be one of static, pool"),
     (dict(rollout__pool_slots=0), 'rollout.pool_slots must be >= 1, got 0'),
     (dict(rollout__pool_prefill_chunk=0), 'rollout.pool_prefill_chunk must be >= 1, got 0'),
+    (dict(rollout__pool_prefill_group=0), 'rollout.pool_prefill_group must be >= 1, got 0'),
     (dict(perf__sampler_streams=-1), 'perf.sampler_streams must be >= 0, got -1'),
     (dict(rollout__temperature=float('nan')), 'rollout.temperature must be'),
     (dict(reward__timeout_s=0.0), 'reward.timeout_s must be > 0, got 0'),

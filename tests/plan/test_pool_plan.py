@@ -32,8 +32,9 @@ def test_the_live_pool_term_reads_each_rows_span():
   # A row of l tokens after a 400-token prompt reads 400 + t positions at its step t.
   mc, rates = ModelConfig.qwen3_1p7b(), step_time.MEASURED_H200
   lengths = ResponseLengths(4096, 1200, 2.0)
+  # One prefill pass per group: prefill stays small beside the decode.
   g = sampling_plan.pool_generate(mc, lengths, prompts=128, n=8, prompt_longest=400, slots=256,
-                                  rates=rates)
+                                  rates=rates, prefill_chunk=400)
   rows = lengths.sample(1024).astype(np.float64)
   per_position = 2 * 28 * 8 * 128 * 2  # K and V, 28 layers, 8 heads of 128, bf16
   span = sum(sum(400 + t for t in range(int(l))) for l in rows)
@@ -43,6 +44,22 @@ def test_the_live_pool_term_reads_each_rows_span():
   window = sampling_plan.pool_generate(mc, lengths, prompts=128, n=8, prompt_longest=400,
                                        slots=256, rates=rates, live=False)
   assert g.seconds < 0.6 * window.seconds
+
+
+def test_prefill_reads_the_weights_once_per_chunk_pass_of_a_group():
+  """1,024 rows of a 400-token prompt in 16-token chunks: 25 passes per group, each
+  reading every bf16 weight. Groups of 1 and of 2 are both bound by those reads (their
+  FLOPs are the same), so their difference is 12,800 passes' reads."""
+  mc, rates = ModelConfig.qwen3_1p7b(), step_time.MEASURED_H200
+  lengths = ResponseLengths(4096, 1200, 2.0)
+  run = lambda group: sampling_plan.pool_generate(
+      mc, lengths, prompts=128, n=8, prompt_longest=400, slots=256, rates=rates,
+      prefill_chunk=16, prefill_group=group).seconds
+  one_pass = 2 * costs.all_params(mc) / (rates.hbm_efficiency * 4.8e12)
+  assert run(1) - run(2) == pytest.approx((1024 - 512) * 25 * one_pass, rel=1e-9)
+  flops = 1024 * 400 * costs.score_flops_per_token(mc, 400) / (rates.score_mfu * 989e12)
+  assert 512 * 25 * one_pass > flops  # groups of 2 are still bound by the weight reads
+  assert run(8) < run(2)
 
 
 def _pool_cfg(sampler):
@@ -66,13 +83,16 @@ def test_the_plan_samples_and_validates_through_the_pool_when_the_config_selects
                                                         f"calls per model)")
   validation = 0.0
   for name, mc in models.items():
+    prefill = dict(prefill_chunk=cfg.rollout.pool_prefill_chunk,
+                   prefill_group=cfg.rollout.pool_prefill_group)
     g = sampling_plan.pool_generate(mc, lengths, prompts=cfg.prompts_per_step, n=cfg.n,
-                                    prompt_longest=a.prompt_longest, slots=256, rates=rates)
+                                    prompt_longest=a.prompt_longest, slots=256, rates=rates,
+                                    **prefill)
     assert plan.step_terms["sampling"][name].seconds == g.seconds
     assert plan.step_terms["sampling"][name].seconds != static.step_terms["sampling"][name].seconds
     validation += sampling_plan.pool_generate(
         mc, lengths, prompts=872, n=cfg.eval.k, prompt_longest=a.prompt_longest, slots=256,
-        rates=rates).seconds
+        rates=rates, **prefill).seconds
     validation += plan.step_terms["rewards"][name].seconds * 872 * cfg.eval.k / (
         cfg.prompts_per_step * cfg.n)  # the verifier's seconds scale with the items
   runs = phases.validations(cfg, 10)

@@ -66,7 +66,8 @@ class _CountingEngine:
 
 
 def test_pool_validation_is_one_call_per_model_over_the_whole_suite(tmp_path):
-  cfg = _cfg(tmp_path, "pool", **{"eval.every_steps": 1})
+  cfg = _cfg(tmp_path, "pool", **{"eval.every_steps": 1, "rollout.pool_prefill_group": 3,
+                                   "rollout.pool_prefill_chunk": 32})
   suite = {"say": tiny_pair.problems(5, seed=9), "again": tiny_pair.problems(4, seed=10)}
   validator = Validator.from_config(cfg, tiny_pair.contains_reward)
   assert validator.batch_size == 0
@@ -75,6 +76,7 @@ def test_pool_validation_is_one_call_per_model_over_the_whole_suite(tmp_path):
   trainer = Trainer(cfg, tiny_pair.problems(), tiny_pair.make_models(),
                     reward_fn=tiny_pair.contains_reward)
   for p in trainer.policies.values():
+    assert (p.engine.prefill_group, p.engine.prefill_chunk) == (3, 32)  # from the config
     p.engine = _CountingEngine(p.engine)
   report = validator.run(trainer.policies, step=0)
   trainer.close()
