@@ -113,9 +113,11 @@ def pair_config(arg, *, pair, model_a, model_b):
   c.mesh.update(dict(data=1, fsdp=-1, tensor=1))
   c.perf.update(dict(micro_batch_tokens=6144, remat='full', scan_layers=True,
                      attention_impl='auto', sampler_max_kv_bytes=32 * 2**30))
-  # With rollout.sampler=pool: prompts prefilled 64 tokens a pass (MATH prompts are
-  # mostly under 300 tokens; 16 a pass reads the weights 4x as often, launch/plan.py).
-  c.rollout.pool_prefill_chunk = 64
+  # With rollout.sampler=pool: a prompt prefilled 256 tokens a pass. A full pool's
+  # refills mostly prefill one prompt alone, and each pass reads every weight, so
+  # passes cost more than the padding of a short prompt to 256 (launch/plan.py:
+  # pair 1's step 331 s at 256, 373 s at 64, 524 s at 16).
+  c.rollout.pool_prefill_chunk = 256
   c.checkpoint.async_save = True  # fp32 params and moments: write while the next step runs
   if c.engine == 'vllm':
     four_gpu_placement(c)

@@ -107,7 +107,9 @@ def pool_generate(mc, lengths, *, prompts: int, n: int, prompt_longest: int, slo
   (``live``, the pool's choice on GPUs), each row's prompt and tokens so far, else
   ``slots`` whole windows (prompt capacity + new-token bucket); plus a prefill per row:
   its prompt's FLOPs (each chunk attends over the prompt's slots, not the window), or,
-  where more, the weights read once per chunk pass of ``prefill_group`` rows."""
+  where more, the weights read once per chunk pass. The first fill prefills
+  ``prefill_group`` rows a pass; later rows are counted alone, as a full pool's refills
+  mostly are (one slot frees at a time), an upper bound on the passes."""
   rows = lengths.sample(prompts * n, seed).astype(np.float64)
   steps = makespan(rows, slots)
   width = -(-prompt_longest // prefill_chunk) * prefill_chunk
@@ -123,7 +125,9 @@ def pool_generate(mc, lengths, *, prompts: int, n: int, prompt_longest: int, slo
     flops = steps * slots * costs.decode_flops_per_token(mc, window)
   decode = max(read / (rates.window_hbm_efficiency * rates.hbm_bytes_per_s),
                flops / (rates.decode_mfu * rates.peak_flops))
-  passes = -(-prompts * n // max(1, min(prefill_group, slots))) * (width // prefill_chunk)
+  first_fill = min(slots, prompts * n)
+  passes = (-(-first_fill // max(1, min(prefill_group, slots))) + prompts * n - first_fill) * (
+      width // prefill_chunk)
   prefill = max(prompts * n * width * costs.score_flops_per_token(mc, width)
                 / (rates.score_mfu * rates.peak_flops),
                 passes * SERVE_BYTES * costs.all_params(mc)

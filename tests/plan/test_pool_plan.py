@@ -13,11 +13,11 @@ from graft_jax.plan.lengths import ResponseLengths
 
 def test_the_pool_term_reads_every_slots_window_for_the_makespan():
   # Qwen3-1.7B, 128 prompts x 8 in 256 slots; prompts of 400 tokens take 400 slots
-  # (16-token chunks), responses up to 4,096: a window of 4,496 slots.
+  # (one chunk), responses up to 4,096: a window of 4,496 slots.
   mc, rates = ModelConfig.qwen3_1p7b(), step_time.MEASURED_H200
   lengths = ResponseLengths(4096, 1200, 2.0)
   g = sampling_plan.pool_generate(mc, lengths, prompts=128, n=8, prompt_longest=400, slots=256,
-                                  rates=rates, live=False)
+                                  rates=rates, live=False, prefill_chunk=400)
   rows = lengths.sample(1024)
   assert g.steps_per_call == sampling_plan.makespan(rows, 256)
   # The pool ends after the longest row and no later than a static batch of 4 x 256 rows.
@@ -47,18 +47,19 @@ def test_the_live_pool_term_reads_each_rows_span():
 
 
 def test_prefill_reads_the_weights_once_per_chunk_pass_of_a_group():
-  """1,024 rows of a 400-token prompt in 16-token chunks: 25 passes per group, each
-  reading every bf16 weight. Groups of 1 and of 2 are both bound by those reads (their
-  FLOPs are the same), so their difference is 12,800 passes' reads."""
+  """1,024 rows of a 400-token prompt in 16-token chunks, 25 passes a prompt, each
+  reading every bf16 weight: the first fill of 256 slots in groups, the other 768 rows
+  alone. Groups of 1 (1,024 x 25 passes) and of 2 (896 x 25) are both bound by those
+  reads (their FLOPs are the same), so their difference is 128 x 25 passes' reads."""
   mc, rates = ModelConfig.qwen3_1p7b(), step_time.MEASURED_H200
   lengths = ResponseLengths(4096, 1200, 2.0)
   run = lambda group: sampling_plan.pool_generate(
       mc, lengths, prompts=128, n=8, prompt_longest=400, slots=256, rates=rates,
       prefill_chunk=16, prefill_group=group).seconds
   one_pass = 2 * costs.all_params(mc) / (rates.hbm_efficiency * 4.8e12)
-  assert run(1) - run(2) == pytest.approx((1024 - 512) * 25 * one_pass, rel=1e-9)
+  assert run(1) - run(2) == pytest.approx(128 * 25 * one_pass, rel=1e-9)
   flops = 1024 * 400 * costs.score_flops_per_token(mc, 400) / (rates.score_mfu * 989e12)
-  assert 512 * 25 * one_pass > flops  # groups of 2 are still bound by the weight reads
+  assert 896 * 25 * one_pass > flops  # groups of 2 are still bound by the weight reads
   assert run(8) < run(2)
 
 
