@@ -20,8 +20,8 @@ with FlashAttention's online softmax (arXiv 2205.14135), per query and head,
     a' = e^{m - m'} a + \\sum_s e^{x_s - m'} v_s,\\quad o = a / l ,
 
 x_s = c q . k_s with c = H^(-1/2): products of the compute dtype's operands (bf16
-on a GPU), scores, softmax and sums in float32 (`graft_jax.backends.einsum_f32`). A query that sees
-no key (a left pad) outputs 0. No gradient: a sampler's prefill is forward only.
+on a GPU), scores, softmax and sums in float32 (`graft_jax.backends.einsum_f32`).
+A query that sees no key (a left pad) outputs 0. No gradient: a sampler's prefill is forward only.
 Pure JAX, so the same program runs on every backend: on a GPU XLA fuses each
 block's two products and its softmax, and the work follows the prompt, not the
 window.

@@ -174,10 +174,10 @@ class Attention(nnx.Module):
     elif fresh and (cache is None or self._prefill_impl(q_BxTxKxGxH) != "dense"):
       out_BxTxKxGxH = attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxS[:, :t],
                                 impl=self._prefill_impl(q_BxTxKxGxH), block=self.attention_block)
-    elif cache is not None and t > 1 and self._chunk_block(q_BxTxKxGxH, kv_mask_BxS):
+    elif cache is not None and t > 1 and (walk := self._chunk_block(q_BxTxKxGxH, kv_mask_BxS)):
       # A prefill chunk at a traced slot: only the key blocks up to its last query.
       out_BxTxKxGxH, _ = chunk_attention(q_BxTxKxGxH, *cache, kv_mask_BxS, cache_index,
-                                         block=self._chunk_block(q_BxTxKxGxH, kv_mask_BxS))
+                                         block=walk)
     else:
       out_BxTxKxGxH = self._cached(q_BxTxKxGxH, cache, kv_mask_BxS, cache_index, dt)
     out_BxTxNxH = out_BxTxKxGxH.reshape(b, t, n, h)
