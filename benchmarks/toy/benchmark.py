@@ -114,7 +114,8 @@ def cell_config(cell: Cell, out_dir, steps: int, pair, overrides=None,
 
 # Fields added after cells were recorded whose default is the math those cells ran:
 # left out of `run_key`'s digest at their default, so adding one reruns nothing.
-ADDED_FIELDS = ("sgt.prompts", "hacpo.prompts", "luffy.gamma")
+# reward.success_threshold = 0 is the 0 / 1 rewards every recorded cell was trained on.
+ADDED_FIELDS = ("sgt.prompts", "hacpo.prompts", "luffy.gamma", "reward.success_threshold")
 
 
 def run_key(pair, config_file: str = "configs/toy.py") -> str:
