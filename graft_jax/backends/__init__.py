@@ -15,7 +15,7 @@ import contextlib
 import jax
 import jax.numpy as jnp
 
-from graft_jax.backends import cpu, gpu
+from graft_jax.backends import cpu, gpu, tpu
 
 
 _TARGET: list[str] = []  # set by `traced_for`
@@ -73,19 +73,34 @@ def decode_attention(*operands, scale: float):
 def live_decode_attention(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, start_B, end_B, *, scale: float,
                           block_k: int = 64):
   """A decode step's attention over each row's live slots [start_B, end_B) that reads
-  only the KV blocks meeting them (`graft_jax.backends.gpu.live_decode`): the Pallas
-  kernel on a GPU, elsewhere the same kernel in Pallas's interpret mode (slow; for
-  checks). Returns (out_BxKxGxH, blocks read per row and kv head)."""
-  return gpu.live_decode.decode_attention(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, start_B, end_B,
-                                          scale=scale, block_k=block_k,
-                                          interpret=platform() != "gpu")
+  only the KV blocks meeting them: on a TPU the kernel of `graft_jax.backends.tpu.live_decode`
+  (blocks copied out of HBM by hand), elsewhere that of `graft_jax.backends.gpu.live_decode`,
+  each in Pallas's interpret mode (slow; for checks) off its own hardware. Returns
+  (out_BxKxGxH, blocks read per row and kv head)."""
+  kernel = tpu.live_decode if platform() == "tpu" else gpu.live_decode
+  on_its_device = platform() in ("gpu", "tpu") and jax.default_backend() == platform()
+  return kernel.decode_attention(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, start_B, end_B,
+                                 scale=scale, block_k=block_k, interpret=not on_its_device)
+
+
+def live_decode_granule() -> int:
+  """The cache slots a live-span kernel's block is a multiple of: a TPU's 128 lanes,
+  Triton's smallest dot (16) elsewhere. Samplers size their windows in these."""
+  return tpu.live_decode.LANES if platform() == "tpu" else 16
+
+
+def live_decode_block(slots: int) -> int:
+  """The live-span kernel's KV block for a window of ``slots`` (0: no block divides it).
+  Larger blocks mean fewer copies and more slots read past a span's ends."""
+  sizes = (256, 128) if platform() == "tpu" else (64, 32, 16)
+  return next((k for k in sizes if slots % k == 0), 0)
 
 
 def live_decode_by_default() -> bool:
-  """Whether a sampler's 'auto' decode attention is the live-span kernel: programs traced
-  for a GPU and run on one. Off a GPU the kernel runs in Pallas's interpret mode, which
-  is for checks only, and XLA's attention stays the reference."""
-  return platform() == "gpu" and jax.default_backend() == "gpu"
+  """Whether a sampler's 'auto' decode attention is a live-span kernel: programs traced
+  for a GPU or TPU and run on one. Elsewhere the kernels run in Pallas's interpret mode,
+  which is for checks only, and XLA's attention stays the reference."""
+  return platform() in ("gpu", "tpu") and jax.default_backend() == platform()
 
 
 def sampler_streams() -> int:

@@ -135,9 +135,10 @@ class Decoder(nnx.Module):
   def set_decode_attention(self, impl: str) -> None:
     """How a decode step's attention over the KV cache runs: 'auto' (the CPU
     kernel of `graft_jax.backends.cpu.decode_kernel` where it applies, XLA otherwise),
-    'xla', 'kernel' (the CPU kernel or an error at trace time), or 'live' (the Pallas
-    kernel of `graft_jax.backends.gpu.live_decode`, which reads only each row's live KV
-    blocks; Pallas's interpret mode off a GPU; `ContinuousSamplerEngine` on a GPU). Static: it lives
+    'xla', 'kernel' (the CPU kernel or an error at trace time), or 'live' (a Pallas
+    kernel that reads only each row's live KV blocks, `graft_jax.backends.live_decode_attention`:
+    the GPU's or, traced for a TPU, the TPU's; Pallas's interpret mode off that hardware;
+    `ContinuousSamplerEngine`'s 'auto' on a GPU or TPU). Static: it lives
     in the graphdef, so a change recompiles. A sampler sharded over several
     devices keeps XLA's (`JaxSamplerEngine`)."""
     if impl not in DECODE_ATTENTION:

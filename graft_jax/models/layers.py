@@ -215,16 +215,18 @@ class Attention(nnx.Module):
 
   def _live_block(self, kv_mask_BxS) -> int:
     """The live-span kernel's KV block (`graft_jax.backends.live_decode_attention`) for a
-    decode step under 'live' (Pallas's interpret mode off a GPU, for checks), 0 where
-    XLA attends. It takes a boolean mask over a window of a multiple of 16 slots
-    (Triton's smallest dot)."""
+    decode step under 'live' (Pallas's interpret mode off its GPU or TPU, for checks), 0
+    where XLA attends. It takes a boolean mask over a window of whole kernel blocks
+    (`graft_jax.backends.live_decode_granule`: 16 slots, 128 on a TPU)."""
     if self.decode_attention != "live":
       return 0
     s = kv_mask_BxS.shape[1]
-    if s % 16 or not jnp.issubdtype(kv_mask_BxS.dtype, jnp.bool_):
-      raise ValueError(f"decode_attention='live' needs a boolean mask over a multiple of 16 "
-                       f"cache slots; got {kv_mask_BxS.dtype} over {s}")
-    return next(k for k in (64, 32, 16) if s % k == 0)
+    block = backends.live_decode_block(s)
+    if not block or not jnp.issubdtype(kv_mask_BxS.dtype, jnp.bool_):
+      raise ValueError(f"decode_attention='live' needs a boolean mask over a multiple of "
+                       f"{backends.live_decode_granule()} cache slots; got {kv_mask_BxS.dtype} "
+                       f"over {s}")
+    return block
 
   def _cached(self, q_BxTxKxGxH, cache, kv_mask_BxS, cache_index, dt):
     """Dense attention of queries at slots cache_index.. over the whole cache

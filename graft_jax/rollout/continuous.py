@@ -9,10 +9,11 @@ every prompt, however long the tail of its response lengths.
 A row draws the random numbers the static sampler draws for it, so with the
 same seed both give the same tokens (up to the rounding of products over a
 differently padded cache). The pool runs the model one row at a time under
-``jax.vmap``: on a GPU its decode attention is the live-span Pallas kernel
-(`graft_jax.backends.gpu.live_decode`, each row's reads following its live
-tokens) where the cache window is whole blocks of 16 slots (a ``prefill_chunk``
-multiple of 16), elsewhere XLA's. A prompt is prefilled in chunks of
+``jax.vmap``: on a GPU or TPU its decode attention is a live-span Pallas kernel
+(`graft_jax.backends.gpu.live_decode`, `graft_jax.backends.tpu.live_decode`:
+each row's reads follow its live tokens) where the cache window is whole
+kernel blocks (a ``prefill_chunk`` multiple of 16, of 128 on a TPU), elsewhere
+XLA's. A prompt is prefilled in chunks of
 ``prefill_chunk`` tokens, each attending flash-style over the key blocks up to its
 last slot, not the whole window (`graft_jax.models.chunk_attention`; where the
 window is short enough for the model's attention to be 'dense', XLA's dense
@@ -75,7 +76,7 @@ class ContinuousSamplerEngine:
     refill: a free slot takes the next request at once; False: only once every slot
       is free (a static batch of ``slots`` rows, the baseline its occupancy is
       measured against).
-    decode_attention: 'auto' (the live-span kernel on a GPU where the window allows
+    decode_attention: 'auto' (a live-span kernel on a GPU or TPU where the window allows
       it, XLA's elsewhere), 'xla' or 'live' (`graft_jax.models.Decoder.set_decode_attention`).
     shrinks: how many times the drain may halve the pool (refill only).
     mesh: optional mesh whose batch axes split the slots (``slots`` a multiple of
@@ -112,8 +113,10 @@ class ContinuousSamplerEngine:
                        f"max_requests must be >= 1, got {max_prompt_len}, {max_new_tokens} "
                        f"and {max_requests}")
     self.max_prompt_len = self._chunks(max_prompt_len)
-    # A power of two >= 16: with a chunk multiple of 16, windows of whole kernel blocks.
-    self.max_new_tokens = bucket(max_new_tokens, 16)
+    # A power of two >= the live kernel's granule (16, a TPU's 128): with a chunk
+    # multiple of it, windows of whole kernel blocks.
+    self.granule = backends.live_decode_granule()
+    self.max_new_tokens = bucket(max_new_tokens, self.granule)
     self.max_requests = int(max_requests)
     self.cache_dtype = cache_dtype
     self.refill = bool(refill)
@@ -121,10 +124,10 @@ class ContinuousSamplerEngine:
       raise ValueError(f"ContinuousSamplerEngine: decode_attention must be auto, xla or live, "
                        f"got {decode_attention!r}")
     if decode_attention == "auto":
-      # Windows are a chunk multiple plus a power of two >= 16: whole kernel blocks when
-      # the chunk is a multiple of 16.
-      gpu = backends.platform() == "gpu" and jax.default_backend() == "gpu"
-      decode_attention = "live" if gpu and self.prefill_chunk % 16 == 0 else "xla"
+      # Windows are a chunk multiple plus a power of two >= the granule: whole kernel
+      # blocks when the chunk is a multiple of it.
+      whole_blocks = self.prefill_chunk % self.granule == 0
+      decode_attention = "live" if whole_blocks and backends.live_decode_by_default() else "xla"
     self.decode_attention = decode_attention
     self.model_cfg = model.cfg
     self.dtype = model.dtype
@@ -159,7 +162,7 @@ class ContinuousSamplerEngine:
     if longest > self.max_prompt_len:
       self.max_prompt_len = self._chunks(bucket(longest, 1))
     if steps > self.max_new_tokens:
-      self.max_new_tokens = bucket(steps, 16)
+      self.max_new_tokens = bucket(steps, self.granule)
     if rows > self.max_requests:
       self.max_requests = bucket(rows, 1)
     # One prompt row per request bounds the prompts whatever n is.

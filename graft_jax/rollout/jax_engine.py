@@ -137,15 +137,17 @@ class JaxSamplerEngine:
     """The decode attention this sampler traces: the one asked for (else the model's),
     XLA's over several devices (the CPU kernel runs whole rows on one device and the
     live kernel is a per-row program, neither with a rule for splitting rows over the
-    mesh), and on one GPU the live-span kernel for 'auto' where every call's window,
-    the prompt bucket + the new-token bucket, is whole blocks of 16 slots."""
+    mesh), and on one GPU or TPU the live-span kernel for 'auto' where every call's
+    window, the prompt bucket + the new-token bucket, is whole kernel blocks
+    (`graft_jax.backends.live_decode_granule`)."""
     impl = self.decode_attention or model_impl
     if self._devices() > 1:
       if impl == "kernel":
         raise ValueError(f"decode_attention='kernel' runs on one device; this sampler is "
                          f"sharded over {self._devices()}")
       return "xla"
-    whole_blocks = self.min_prompt_bucket % 16 == 0 and self.min_new_bucket % 16 == 0
+    granule = backends.live_decode_granule()
+    whole_blocks = self.min_prompt_bucket % granule == 0 and self.min_new_bucket % granule == 0
     if impl == "auto" and whole_blocks and backends.live_decode_by_default():
       return "live"
     return impl

@@ -6,25 +6,13 @@ import numpy as np
 import pytest
 
 from graft_jax import backends
+from tests.backends.live_reference import operands, reference
 
 B, K, G, H, S, BLOCK = 4, 2, 2, 16, 128, 16
 
 
 def _operands(seed=0):
-  rng = np.random.default_rng(seed)
-  return (rng.normal(size=(B, K, G, H)).astype(np.float32),
-          rng.normal(size=(B, K, H, S)).astype(np.float32),
-          rng.normal(size=(B, K, S, H)).astype(np.float32))
-
-
-def _reference(q, k, v, start, end):
-  out = np.zeros(q.shape, np.float64)
-  for b in range(B):
-    live = slice(start[b], end[b])
-    scores = np.einsum("kgh,khs->kgs", q[b].astype(np.float64), k[b][:, :, live]) * H ** -0.5
-    p = np.exp(scores - scores.max(-1, keepdims=True))
-    out[b] = np.einsum("kgs,ksh->kgh", p / p.sum(-1, keepdims=True), v[b][:, live])
-  return out
+  return operands(seed, B, K, G, H, S)
 
 
 def test_reads_only_the_blocks_of_each_rows_live_span():
@@ -36,7 +24,7 @@ def test_reads_only_the_blocks_of_each_rows_live_span():
                                                scale=H ** -0.5, block_k=BLOCK)
   # Blocks of 16 slots meeting [0, 128), [10, 33), [70, 71), [32, 64): by hand.
   np.testing.assert_array_equal(np.asarray(blocks), np.repeat([[8], [3], [1], [2]], K, axis=1))
-  np.testing.assert_allclose(np.asarray(out), _reference(q, k, v, start, end), atol=2e-6)
+  np.testing.assert_allclose(np.asarray(out), reference(q, k, v, start, end), atol=2e-6)
 
 
 def test_slots_outside_the_span_are_never_read():
@@ -49,7 +37,7 @@ def test_slots_outside_the_span_are_never_read():
     k_nan[b][:, :, outside], v_nan[b][:, outside] = np.nan, np.nan
   out, _ = backends.live_decode_attention(*map(jnp.asarray, (q, k_nan, v_nan, start, end)),
                                           scale=H ** -0.5, block_k=BLOCK)
-  np.testing.assert_allclose(np.asarray(out), _reference(q, k, v, start, end), atol=2e-6)
+  np.testing.assert_allclose(np.asarray(out), reference(q, k, v, start, end), atol=2e-6)
 
 
 def test_a_window_off_the_block_size_is_refused():
