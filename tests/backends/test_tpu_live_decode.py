@@ -53,14 +53,18 @@ def test_slots_outside_the_live_blocks_are_never_read():
   assert np.isnan(np.asarray(dense)[[0, 1, 3]]).any(axis=-1).all()
 
 
-def test_one_row_at_a_time_under_vmap_is_the_batched_call():
-  """The slot pool runs the model one row at a time under ``jax.vmap``."""
+def test_one_row_at_a_time_under_vmap_is_one_batched_call():
+  """The slot pool runs the model one row at a time under ``jax.vmap``: the rows join one
+  launch (Pallas's own rule would loop over them in a scan), with the batched results."""
   q, k, v = _operands(2)
   start, end = np.array([256, 0, 17, 255]), np.array([512, 129, 18, 257])
   batched, blocks = _attend(q, k, v, start, end, block_k=256)
   one = lambda *a: live_decode.decode_attention(*(x[None] for x in a), scale=H ** -0.5,
                                                 block_k=256, interpret=True)
-  out, row_blocks = jax.vmap(one)(*map(jnp.asarray, (q, k, v, start, end)))
+  operands = tuple(map(jnp.asarray, (q, k, v, start, end)))
+  traced = str(jax.make_jaxpr(jax.vmap(one))(*operands))
+  assert traced.count("pallas_call[") == 1 and "grid=(4,)" in traced and "scan[" not in traced
+  out, row_blocks = jax.vmap(one)(*operands)
   np.testing.assert_array_equal(np.asarray(out[:, 0]), np.asarray(batched))
   np.testing.assert_array_equal(np.asarray(row_blocks[:, 0]), np.asarray(blocks))
   np.testing.assert_array_equal(np.asarray(blocks)[:, 0], [1, 1, 1, 2])

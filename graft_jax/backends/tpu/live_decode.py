@@ -88,12 +88,33 @@ def decode_attention(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, start_B, end_B, *, scale: 
   """Each row's query over its cache slots [start_B, end_B) (end > start), copying only
   the blocks of ``block_k`` slots that meet them out of HBM. ``block_k`` is a multiple
   of 128 and S a multiple of it. Returns (out_BxKxGxH, blocks_BxK: the blocks each
-  (row, kv head) read). ``interpret`` runs Pallas's TPU interpreter (on a CPU)."""
-  b, kv, g, h = q_BxKxGxH.shape
+  (row, kv head) read). ``interpret`` runs Pallas's TPU interpreter (on a CPU).
+
+  Under ``jax.vmap`` (the slot pool runs its rows one at a time) the mapped rows join
+  the call's rows: one kernel launch, where Pallas's own batching rule for a kernel
+  with scalar prefetch would launch it once per row in a loop."""
   s = k_BxKxHxS.shape[-1]
   if block_k % LANES or s % block_k:
     raise ValueError(f"TPU live decode attention: block_k={block_k} must be a multiple of "
                      f"{LANES} dividing the {s} cache slots")
+  rows = jax.custom_batching.custom_vmap(
+      functools.partial(_call, scale=scale, block_k=block_k, interpret=interpret))
+
+  @rows.def_vmap
+  def _joined(axis_size, in_batched, *operands):
+    operands = [x if batched else jnp.broadcast_to(x, (axis_size, *x.shape))
+                for x, batched in zip(operands, in_batched)]
+    out, blocks = rows(*(x.reshape(-1, *x.shape[2:]) for x in operands))
+    return (out.reshape(axis_size, -1, *out.shape[1:]),
+            blocks.reshape(axis_size, -1, *blocks.shape[1:])), (True, True)
+
+  return rows(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, start_B.astype(jnp.int32),
+              end_B.astype(jnp.int32))
+
+
+def _call(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, start_B, end_B, *, scale: float, block_k: int,
+          interpret: bool):
+  b, kv, g, h = q_BxKxGxH.shape
   row = lambda i, *_: (i, 0, 0, 0)
   out_BxKxGxH, blocks_Bx1xL = pl.pallas_call(
       functools.partial(_kernel, block_k=block_k, scale=scale),
@@ -112,5 +133,5 @@ def decode_attention(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, start_B, end_B, *, scale: 
                  jax.ShapeDtypeStruct((b, 1, LANES), jnp.int32)],
       compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
       interpret=pltpu.InterpretParams() if interpret else False,
-  )(start_B.astype(jnp.int32), end_B.astype(jnp.int32), q_BxKxGxH, k_BxKxHxS, v_BxKxSxH)
+  )(start_B, end_B, q_BxKxGxH, k_BxKxHxS, v_BxKxSxH)
   return out_BxKxGxH, jnp.broadcast_to(blocks_Bx1xL[:, :1, 0], (b, kv))
