@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from benchmarks.toy import costs as toy_costs, sign_table as toy_sign_table
+from benchmarks.toy import code_version, costs as toy_costs, sign_table as toy_sign_table
 from graft_jax.experiments import job_signals, toy_compare
 from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.train import methods
@@ -175,6 +175,7 @@ def run_cell(cell: Cell, pair, pair_cfg, out_dir, *, steps: int, eval_k: int,
          "pass1_groups": {n: evals[n]["pass1"] for n in trained},
          "diagnostics": diagnostics, "curve": validation_curve(records, trained),
          **toy_costs.cell_costs(records),
+         "code": code_version.current(),
          "seconds": time.perf_counter() - t0}
   path = cell_path(cell, out_dir)
   path.parent.mkdir(parents=True, exist_ok=True)
@@ -325,10 +326,12 @@ def aggregate(cells, results: dict, names, *, steps: int, eval_k: int) -> dict:
   diagnostics: dict = {}
   curves: dict = {}  # label -> model -> step -> [validation pass@1 per seed]
   seeds_of: dict = {}  # label -> model -> the seed of each entry of cells[label][model]
+  codes = []  # the code version of each cell present
   for cell in cells:
     res = results.get(cell.slug)
     if res is None:
       continue
+    codes.append(res.get("code", ""))
     for n, v in res["pass1"].items():
       table.setdefault(cell.label, {}).setdefault(n, []).append(v)
       seeds_of.setdefault(cell.label, {}).setdefault(n, []).append(cell.seed)
@@ -349,7 +352,7 @@ def aggregate(cells, results: dict, names, *, steps: int, eval_k: int) -> dict:
           "groups": groups,
           "diagnostics": diagnostics, "curves": curves, "seeds": seeds,
           "costs": toy_costs.per_seed(cells, results, skip=(INITIAL,)),
-          "steps": steps, "eval_k": eval_k}
+          "codes": codes, "steps": steps, "eval_k": eval_k}
 
 
 def _mean_std(values) -> str:
@@ -368,6 +371,8 @@ def results_markdown(res: dict, command: str, machine: str = "", figure: str | N
   lines = [f"## {title} (generated)", "", f"Command: `{command}`", ""]
   if machine:
     lines += [f"Machine: {machine}", ""]
+  if "codes" in res:
+    lines += [code_version.summary(res["codes"]), ""]
   lines += [f"Held-out pass@1 (%) of the updated model on the toy pair (average of the "
             f"addition and multiplication families), k={res['eval_k']} samples at T=1.0, "
             f"after {res['steps']} steps; mean ± std (ddof=1) over seeds {res['seeds']}. Each "

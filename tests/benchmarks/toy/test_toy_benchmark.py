@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from benchmarks.toy import benchmark as tb
+from benchmarks.toy import code_version, benchmark as tb
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -164,6 +164,8 @@ def test_benchmark_script_smoke_runs_cells_in_parallel(tmp_path):
   assert "friction regime (generated)" in text and "Sign table" in text
   assert graft["pair"] == tb.run_key(types.SimpleNamespace(key=graft["pair"].split("-")[0]),
                                      "configs/toy_friction.py")
+  code = code_version.current()
+  assert graft["code"] == code and f"Code the cells ran on: `{code}` 5 cells." in text
 
 
 def test_run_key_changes_with_the_toy_configs_math_not_its_logging(monkeypatch):
