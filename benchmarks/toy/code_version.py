@@ -3,6 +3,7 @@ can say which code every number of a table came from."""
 
 from __future__ import annotations
 
+import collections
 import pathlib
 import subprocess
 
@@ -27,10 +28,9 @@ def current(root=REPO) -> str:
 def summary(codes) -> str:
   """One line for RESULTS.md: how many cells ran on each code version (a cell recorded
   before versions were kept counts as 'not recorded')."""
-  counts: dict[str, int] = {}
-  for code in codes:
-    counts[code or "not recorded"] = counts.get(code or "not recorded", 0) + 1
-  parts = [f"`{c}` {n} cell{'s' * (n != 1)}" if c != "not recorded"
-           else f"not recorded {n} cell{'s' * (n != 1)} (recorded before cells kept it)"
-           for c, n in sorted(counts.items(), key=lambda kv: (kv[0] == "not recorded", kv[0]))]
+  counts = collections.Counter(codes)
+  parts = [f"`{c}` {n} cell{'s' * (n != 1)}" for c, n in sorted(counts.items()) if c]
+  if counts[""]:
+    n = counts[""]
+    parts.append(f"not recorded {n} cell{'s' * (n != 1)} (recorded before cells kept it)")
   return "Code the cells ran on: " + "; ".join(parts) + "."

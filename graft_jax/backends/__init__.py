@@ -78,9 +78,9 @@ def live_decode_attention(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, start_B, end_B, *, sc
   each in Pallas's interpret mode (slow; for checks) off its own hardware. Returns
   (out_BxKxGxH, blocks read per row and kv head)."""
   kernel = tpu.live_decode if platform() == "tpu" else gpu.live_decode
-  on_its_device = platform() in ("gpu", "tpu") and jax.default_backend() == platform()
   return kernel.decode_attention(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, start_B, end_B,
-                                 scale=scale, block_k=block_k, interpret=not on_its_device)
+                                 scale=scale, block_k=block_k,
+                                 interpret=not live_decode_by_default())
 
 
 def live_decode_granule() -> int:
