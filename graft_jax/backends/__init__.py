@@ -18,24 +18,36 @@ import jax.numpy as jnp
 from graft_jax.backends import cpu, gpu, tpu
 
 
-_TARGET: list[str] = []  # set by `traced_for`
+_TARGET: list[tuple[str, bool]] = []  # (backend, lowering) set by `traced_for`
 
 
 def platform() -> str:
   """The backend programs are traced for: 'cpu', 'gpu' or 'tpu' (JAX's default
   backend, or the one `traced_for` names)."""
-  return _TARGET[-1] if _TARGET else jax.default_backend()
+  return _TARGET[-1][0] if _TARGET else jax.default_backend()
 
 
 @contextlib.contextmanager
-def traced_for(name: str):
+def traced_for(name: str, *, lowering: bool = False):
   """Programs traced inside are traced as for backend ``name``: a planner on a CPU
-  compiles a GPU run's programs without the CPU-only code."""
-  _TARGET.append(name)
+  compiles a GPU run's programs without the CPU-only code. With ``lowering`` the
+  programs are only lowered for that backend's hardware (``jax.export`` with
+  ``platforms=``), never run here, so its Pallas kernels are traced as that hardware
+  runs them (`kernels_native`) rather than in Pallas's interpreter."""
+  _TARGET.append((name, lowering))
   try:
     yield
   finally:
     _TARGET.pop()
+
+
+def kernels_native() -> bool:
+  """Whether a Pallas kernel written for `platform()` is traced for its hardware (True)
+  or for Pallas's interpreter (False): native where the programs run on that backend,
+  or are lowered for it (`traced_for` with ``lowering``)."""
+  if _TARGET and _TARGET[-1][1]:
+    return True
+  return platform() == jax.default_backend()
 
 
 def matmul(x_MxK, w_KxN):
@@ -100,7 +112,7 @@ def live_decode_by_default() -> bool:
   """Whether a sampler's 'auto' decode attention is a live-span kernel: programs traced
   for a GPU or TPU and run on one. Elsewhere the kernels run in Pallas's interpret mode,
   which is for checks only, and XLA's attention stays the reference."""
-  return platform() in ("gpu", "tpu") and jax.default_backend() == platform()
+  return platform() in ("gpu", "tpu") and kernels_native()
 
 
 def sampler_streams() -> int:

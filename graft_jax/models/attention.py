@@ -320,7 +320,7 @@ def pallas_segment_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, seg_BxT, *,
   from jax.experimental.pallas.ops.gpu import attention as pallas_gpu  # pylint: disable=g-import-not-at-top
 
   if interpret is None:
-    interpret = jax.default_backend() != "gpu"
+    interpret = not (backends.platform() == "gpu" and backends.kernels_native())
   b, t, kv, g, h = q_BxTxKxGxH.shape
   tp = -(-t // SPLASH_BLOCK) * SPLASH_BLOCK
   q_BxTxNxH = _pad_to_block(q_BxTxKxGxH.reshape(b, t, kv * g, h), tp)
@@ -365,7 +365,7 @@ def splash_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT, *,
       splash_attention_kernel as splash, splash_attention_mask as splash_mask)
 
   if interpret is None:
-    interpret = jax.default_backend() != "tpu"
+    interpret = not (backends.platform() == "tpu" and backends.kernels_native())
 
   def attend(q, k, v, length_B=None, seg_BxT=None):
     b, t, kv, g, h = q.shape
