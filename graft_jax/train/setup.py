@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from graft_jax import compile_cache, distributed
-from graft_jax.models import load_hf, load_tokenizer
+from graft_jax.models import kernel_check, load_hf, load_tokenizer
 from graft_jax.models.attention import describe_impl
 from graft_jax.sharding import (batch_shards, describe_mesh, format_bytes, make_mesh,
                                 max_bytes_per_device)
@@ -64,9 +64,9 @@ def start_processes(cfg) -> bool:
   `config_placement.trainer_fraction`) and its compilation cache
   (``perf.compile_cache_dir``), joins the other processes of a multi-process run
   (``graft_jax.distributed``), and checks this node: its GPUs, JAX backend, vLLM
-  build, NCCL versions and /dev/shm room (`preflight.check`), then the placement
-  against its GPUs (`config_placement.check_start`); call it before anything touches
-  a JAX device, the workdir or the data. Returns whether the run is multi-process."""
+  build, NCCL versions and /dev/shm room (`preflight.check`), the placement against its
+  GPUs (`config_placement.check_start`), its kernels (`kernel_check`); call it before
+  anything touches a JAX device, the workdir or the data. True for a multi-process run."""
   compile_cache.enable(cfg.perf.compile_cache_dir)
   fraction = str(config_placement.trainer_fraction(cfg))
   before = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
@@ -81,6 +81,7 @@ def start_processes(cfg) -> bool:
   gpus = config_placement.visible_gpus()
   config_placement.check_start(cfg, gpus=gpus, device_bytes=gpu_bytes() if gpus else None,
                                footprints=placement_footprints(cfg))
+  kernel_check.check(cfg)  # each custom kernel the run uses, once against XLA's reference
   return multi
 
 
