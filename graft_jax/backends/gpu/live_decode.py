@@ -13,6 +13,13 @@ whose kernel wants keys as S x H.
 
 Each program also writes how many blocks it read, the count a test checks
 (in interpret mode on a CPU).
+
+The kernel is Triton's (its compiler parameters select it): without them JAX
+lowers a GPU kernel through Mosaic GPU, which takes no batched grid, and this
+one runs under ``jax.vmap`` (kv heads, rows, the slot pool's rows). Triton
+loads and stores only arrays of a power-of-two size, so the padded query rows
+are a power of two; a block is one of head_dim x ``block_k`` slots, whatever the
+window's length.
 """
 
 from __future__ import annotations
@@ -22,9 +29,13 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
 
-# Triton's dot needs at least 16 rows: a kv head's G query heads are padded to it.
+# Triton's dot needs at least 16 rows: a kv head's G query heads are padded to it (or
+# to the next power of two above it).
 _MIN_ROWS = 16
+# JAX's own GPU decode attention kernel's settings (`pallas.ops.gpu.decode_attention`).
+_TRITON = pltriton.CompilerParams(num_warps=4, num_stages=2)
 
 
 def _kernel(q_ref, k_ref, v_ref, start_ref, end_ref, o_ref, blocks_ref, *, block_k: int,
@@ -67,6 +78,7 @@ def _one_head(q_GxH, k_HxS, v_SxH, start, end, *, block_k: int, scale: float, in
       out_specs=[pl.BlockSpec((g, h), lambda i: (0, 0)), pl.BlockSpec((), lambda i: ())],
       out_shape=[jax.ShapeDtypeStruct((g, h), q_GxH.dtype),
                  jax.ShapeDtypeStruct((), jnp.int32)],
+      compiler_params=_TRITON,
       interpret=interpret,
   )(q_GxH, k_HxS, v_SxH, start, end)
 
@@ -81,7 +93,7 @@ def decode_attention(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, start_B, end_B, *, scale: 
   if s % block_k:
     raise ValueError(f"live decode attention: {s} cache slots are not a multiple of "
                      f"block_k={block_k}")
-  rows = g if interpret else -(-g // _MIN_ROWS) * _MIN_ROWS
+  rows = g if interpret else max(_MIN_ROWS, 1 << (g - 1).bit_length())
   q = jnp.pad(q_BxKxGxH, ((0, 0), (0, 0), (0, rows - g), (0, 0)))
   head = functools.partial(_one_head, block_k=block_k, scale=scale, interpret=interpret)
   per_row = jax.vmap(head, in_axes=(0, 0, 0, None, None))  # over the kv heads
