@@ -50,6 +50,43 @@ def kernels_native() -> bool:
   return platform() == jax.default_backend()
 
 
+def packed_attention_kernel(dtype, head_dim: int, *, capability: str | None = None) -> str:
+  """The kernel a GPU attends packed rows (segment ids) with: 'cudnn_packed', cuDNN's
+  flash attention over each sequence in its packed layout
+  (`graft_jax.models.packed_attention`), where the GPU is CUDA's with compute
+  capability >= 9.0 (cuDNN packs only from Hopper on, cuDNN >= 9.6), the inputs bf16
+  / fp16 and head_dim <= 128 (cuDNN's flash-attention conditions here); else 'pallas',
+  the Pallas GPU flash kernel masking by segment id, which every GPU runs.
+
+  ``capability`` ('9.0') names the target GPU; by default the local GPU's is read
+  where programs run here. Lowered for hardware not here (`traced_for` with
+  ``lowering``) with none named, or on ROCm, no capability is known and the choice is
+  'pallas'."""
+  if jnp.dtype(dtype).name not in ("bfloat16", "float16") or head_dim > 128:
+    return "pallas"
+  if capability is None:
+    capability = _local_cuda_capability()
+  if capability is None:
+    return "pallas"
+  return "cudnn_packed" if tuple(map(int, capability.split("."))) >= (9, 0) else "pallas"
+
+
+def _local_cuda_capability() -> str | None:
+  """This machine's first CUDA GPU's compute capability where programs are traced for
+  it and run here with cuDNN >= 9.6 (JAX's packed layout's own floor), else None."""
+  if platform() != "gpu" or jax.default_backend() != "gpu" or (_TARGET and _TARGET[-1][1]):
+    return None
+  device = jax.local_devices(backend="gpu")[0]
+  if "cuda" not in device.client.platform_version.lower():
+    return None
+  from jax._src.cudnn import fused_attention_stablehlo as cudnn_fa  # pylint: disable=import-outside-toplevel
+  try:
+    version = cudnn_fa.check_cudnn_version()
+  except RuntimeError:
+    return None
+  return getattr(device, "compute_capability", None) if version >= 90600 else None
+
+
 def matmul(x_MxK, w_KxN):
   """``x @ w`` for 2-D operands of one dtype; on a CPU with the weight gradient of
   `graft_jax.backends.cpu.matmul`, elsewhere plain autodiff."""

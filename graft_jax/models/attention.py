@@ -31,10 +31,13 @@ the row, attended with a causal mask limited to the span's length, and rotated
 back. They output 0 at every padded query; 'dense' and 'blocked' output 0 at a
 query that sees no key (a left pad) and attend over the row's real keys at a right
 pad. No loss reads a padded position, so every implementation gives the same
-values wherever one is read. Packed rows (segment ids) run on a GPU in the Pallas
-GPU flash kernel, which masks by segment id and causally in its blocks
-(``jax.nn.dot_product_attention`` takes one span per row, not several), and on
-a TPU in splash attention with the segment ids as they are. ``blocked_attention``
+values wherever one is read. Packed rows (segment ids) run on a GPU in the kernel
+`graft_jax.backends.packed_attention_kernel` picks (`packed_gpu_attention`): cuDNN's
+packed layout on Hopper or later (`graft_jax.models.packed_attention`: each
+sequence alone, no tile across two), elsewhere the Pallas GPU flash kernel, which
+masks by segment id and causally in its blocks and so computes every causal tile of
+the whole row; on a TPU they run in splash attention with the segment ids as they
+are. ``blocked_attention``
 walks query blocks and, inside each, the key blocks it can see (the causal
 future is skipped), keeping a running max m, normaliser l and output
 accumulator (the online softmax of FlashAttention, arXiv 2205.14135):
@@ -58,6 +61,7 @@ import jax
 import jax.numpy as jnp
 
 from graft_jax import backends
+from graft_jax.models import packed_attention
 
 # Large but finite, so a max over fully masked scores stays finite.
 MASK_VALUE = -1e30
@@ -67,6 +71,9 @@ CUDNN_DTYPES = ("bfloat16", "float16")
 CUDNN_MAX_HEAD_DIM = 128
 # Splash attention's query / key block; rows are padded up to a multiple of it.
 SPLASH_BLOCK = 128
+# The Pallas GPU kernel's backward blocks. Its fused backward walks the key blocks of
+# dK / dV and the query blocks of dQ on one grid axis, so block_q_dq = block_kv_dkv.
+PALLAS_GPU_BWD_BLOCK = 64
 
 
 def is_segments(kv_mask_BxS) -> bool:
@@ -257,19 +264,21 @@ def resolve_impl(impl: str, *, dtype, head_dim: int, length: int, block: int = 5
 
 def describe_impl(impl: str, *, dtype, head_dim: int, length: int, block: int = 512,
                   backend: str | None = None) -> str:
-  """One line for the run's log: what ``impl`` runs as on this backend, and why."""
+  """One line for the run's log: what ``impl`` runs as on this backend, and why (with
+  'cudnn', also the kernel of packed rows, `describe_packed`)."""
   backend = backend or backends.platform()
   chosen = resolve_impl(impl, dtype=dtype, head_dim=head_dim, length=length, block=block,
                         backend=backend)
+  packed = f"; packed rows: {describe_packed(dtype, head_dim)}" if chosen == "cudnn" else ""
   if impl != "auto":
-    return f"{chosen} (set by attention_impl)"
+    return f"{chosen} (set by attention_impl){packed}"
   if chosen == "blocked" and backend not in ("cpu",):
     return (f"blocked ('auto' on {backend}: cuDNN's kernel needs bf16/fp16 inputs and "
             f"head_dim <= {CUDNN_MAX_HEAD_DIM}, got {jnp.dtype(dtype).name}, {head_dim})")
   if backend == "cpu":
     return (f"{chosen} ('auto' on cpu: 'dense' up to {block} positions, 'blocked' beyond; "
             f"rows of up to {length})")
-  return f"{chosen} ('auto' on {backend})"
+  return f"{chosen} ('auto' on {backend}){packed}"
 
 
 def cudnn_applies(dtype, head_dim: int) -> bool:
@@ -315,8 +324,10 @@ def pallas_segment_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, seg_BxT, *,
   """Packed rows on a GPU: the Pallas GPU flash kernel (``jax.experimental.pallas.ops.
   gpu.attention.mha``), causal and masked by segment id, rows padded to a multiple of
   `SPLASH_BLOCK` with segment 0. It takes as many kv heads as query heads, so each kv
-  head is repeated G times (GQA). ``interpret`` (the default off a GPU) runs its
-  numerics anywhere. Outputs 0 at padding (segment 0)."""
+  head is repeated G times (GQA). Its backward is the kernel's own Triton backward
+  (FlashAttention-2's, recomputing each block's probabilities from the saved
+  log-normaliser) in blocks of `PALLAS_GPU_BWD_BLOCK`. ``interpret`` (the default off
+  a GPU) runs its numerics anywhere. Outputs 0 at padding (segment 0)."""
   from jax.experimental.pallas.ops.gpu import attention as pallas_gpu  # pylint: disable=g-import-not-at-top
 
   if interpret is None:
@@ -326,7 +337,9 @@ def pallas_segment_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, seg_BxT, *,
   q_BxTxNxH = _pad_to_block(q_BxTxKxGxH.reshape(b, t, kv * g, h), tp)
   repeat = lambda x: _pad_to_block(jnp.repeat(x, g, axis=2), tp)
   seg_BxTp = _pad_to_block(seg_BxT.astype(jnp.int32), tp)
-  blocks = pallas_gpu.BlockSizes(block_q=SPLASH_BLOCK, block_k=SPLASH_BLOCK)
+  bwd = PALLAS_GPU_BWD_BLOCK
+  blocks = pallas_gpu.BlockSizes(block_q=SPLASH_BLOCK, block_k=SPLASH_BLOCK, block_q_dkv=bwd,
+                                 block_kv_dkv=bwd, block_q_dq=bwd, block_kv_dq=bwd)
   out_BxTxNxH = pallas_gpu.mha(q_BxTxNxH, repeat(k_BxTxKxH), repeat(v_BxTxKxH), seg_BxTp,
                                sm_scale=h ** -0.5, causal=True, block_sizes=blocks,
                                interpret=interpret)
@@ -335,14 +348,37 @@ def pallas_segment_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, seg_BxT, *,
       q_BxTxKxGxH.dtype)
 
 
+def packed_gpu_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, seg_BxT, *,
+                         kernel: str | None = None):
+  """Packed rows on a GPU by ``kernel`` (default: `graft_jax.backends.
+  packed_attention_kernel`'s choice). 'cudnn_packed' takes rows of up to
+  `packed_attention.MAX_SEGMENTS` sequences; a call with a fuller row runs the Pallas
+  kernel instead (``lax.cond``: the choice is made on the device, per call)."""
+  kernel = kernel or backends.packed_attention_kernel(q_BxTxKxGxH.dtype, q_BxTxKxGxH.shape[-1])
+  if kernel != "cudnn_packed":
+    return pallas_segment_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, seg_BxT)
+  return jax.lax.cond(packed_attention.fits(seg_BxT), packed_attention.cudnn_packed_attention,
+                      pallas_segment_attention, q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, seg_BxT)
+
+
+def describe_packed(dtype, head_dim: int, *, capability: str | None = None) -> str:
+  """One line for the run's log: the kernel packed rows run in on this GPU, and why."""
+  kernel = backends.packed_attention_kernel(dtype, head_dim, capability=capability)
+  if kernel == "cudnn_packed":
+    return (f"cudnn_packed (each sequence alone, up to {packed_attention.MAX_SEGMENTS} "
+            f"per row, 'pallas' beyond)")
+  return ("pallas (cuDNN packs only on CUDA compute capability >= 9.0, bf16 / fp16, "
+          f"head_dim <= {CUDNN_MAX_HEAD_DIM}; every causal tile of the row)")
+
+
 def cudnn_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT, *,
                     implementation: str = "cudnn"):
   """cuDNN's flash attention (GPU; bf16 / fp16): causal within each row's span,
   GQA through the kv-head count, no T x T scores in memory. ``implementation="xla"``
   runs the same call through XLA (a CPU check of everything around the kernel).
-  Packed rows (segment ids) go to `pallas_segment_attention`."""
+  Packed rows (segment ids) go to `packed_gpu_attention`."""
   if is_segments(kv_mask_BxT):
-    return pallas_segment_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT)
+    return packed_gpu_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT)
 
   def attend(q, k, v, length_B):
     b, t, kv, g, h = q.shape

@@ -118,3 +118,25 @@ def test_einsum_f32_keeps_bf16_operands_for_a_gpu(monkeypatch):
   assert len(dots) == 1 and dots[0].params["preferred_element_type"] == jnp.float32
   assert [v.aval.dtype for v in dots[0].invars] == [jnp.bfloat16, jnp.bfloat16]
   assert not [e for e in jaxpr.eqns if e.primitive.name == "convert_element_type"]
+
+
+@pytest.mark.parametrize("dtype,head_dim,capability,want", [
+    (jnp.bfloat16, 128, "9.0", "cudnn_packed"),   # H100 / H200
+    (jnp.float16, 64, "10.0", "cudnn_packed"),    # Blackwell
+    (jnp.bfloat16, 128, "8.0", "pallas"),         # A100: cuDNN packs from Hopper on
+    (jnp.bfloat16, 128, "8.9", "pallas"),         # L40S / RTX 4090
+    (jnp.float32, 128, "9.0", "pallas"),          # cuDNN's flash kernel: half precision
+    (jnp.bfloat16, 256, "9.0", "pallas"),         # head_dim above 128
+])
+def test_packed_attention_kernel_for_a_named_gpu(dtype, head_dim, capability, want):
+  assert backends.packed_attention_kernel(dtype, head_dim, capability=capability) == want
+
+
+@pytest.mark.parametrize("lowering", [False, True])
+def test_packed_attention_kernel_with_no_gpu_known_is_pallas(lowering):
+  """Traced for a GPU on this CPU (a planner) or lowered for one with no capability
+  named: none is known, and the kernel every GPU runs is chosen."""
+  with backends.traced_for("gpu", lowering=lowering):
+    assert backends.packed_attention_kernel(jnp.bfloat16, 128) == "pallas"
+    assert backends.packed_attention_kernel(jnp.bfloat16, 128, capability="9.0") == (
+        "cudnn_packed")
