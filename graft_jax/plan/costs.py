@@ -12,6 +12,14 @@ causal attention of one token reads T/2 keys on average, so:
 
     F_{decode}(S) = 2N + 4 L S d_{attn}  \\qquad (\\text{one new token over } S \\text{ cached ones})
 
+F counts a row's attention as its causal triangle, T^2/2 (query, key) pairs at
+4 d_attn FLOPs per layer and pass (forward 1, forward and backward 3). A packed row
+(sequences n_1, n_2, ... in one row) computes what its kernel computes
+(`packed_row_flops`): cuDNN's packed layout each sequence's triangle,
+sum_s n_s^2 / 2; the Pallas GPU kernel every causal tile of b x b of the whole row,
+b^2 m (m + 1) / 2 for m = ceil(T / b) blocks, its tiles across sequences computed and
+masked after.
+
 MFU divides the measured tokens/s times F by the device's peak, the usual
 convention: rematerialisation's extra forward is not counted as useful work.
 A decode step is bound by memory, not arithmetic: each step reads every weight
@@ -39,6 +47,28 @@ def train_flops_per_token(cfg: ModelConfig, length: int) -> float:
 def score_flops_per_token(cfg: ModelConfig, length: int) -> float:
   """F_score(T): the forward pass of one token (old log-probs, the gate, a reference)."""
   return 2.0 * matmul_params(cfg) + 2.0 * cfg.num_layers * length * attn_width(cfg)
+
+
+def attention_pairs(segments, row_length: int, kernel: str, *, block: int = 128) -> float:
+  """The (query, key) pairs ``kernel`` computes in a row of ``row_length`` holding
+  sequences of ``segments`` tokens: 'cudnn_packed' each sequence's triangle, 'pallas'
+  every causal ``block`` tile of the row, 'row' the row's triangle (F's count)."""
+  if kernel == "cudnn_packed":
+    return sum(n * n for n in segments) / 2
+  if kernel == "pallas":
+    m = -(-row_length // block)
+    return block * block * m * (m + 1) / 2
+  return row_length * row_length / 2
+
+
+def packed_row_flops(cfg: ModelConfig, segments, row_length: int, kernel: str, *,
+                     passes: int) -> tuple[float, float]:
+  """(matrix products, attention) FLOPs of one packed row of ``row_length`` tokens
+  (padding computed too) by ``kernel`` (`attention_pairs`), over ``passes`` (1: forward,
+  3: forward and backward). With 'row', their sum is ``row_length`` x F."""
+  attention = 4.0 * cfg.num_layers * attn_width(cfg) * attention_pairs(segments, row_length,
+                                                                        kernel)
+  return 2.0 * passes * matmul_params(cfg) * row_length, passes * attention
 
 
 def decode_flops_per_token(cfg: ModelConfig, context: int) -> float:

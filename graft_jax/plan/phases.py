@@ -23,7 +23,11 @@ The phases are the ones the trainer records in each metrics row (``time/...``,
   suite; the models in turn, or side by side where they sample so) and checkpoint
   writes at a stated rate.
 
-FLOPs, bytes and rates are `graft_jax.plan.costs` and `step_time.Rates`.
+FLOPs, bytes and rates are `graft_jax.plan.costs` and `step_time.Rates`. Packed rows
+(scoring, exchange, the packed update) are charged what their attention kernel
+computes on the planned GPU (`packed_kernel`, `costs.packed_row_flops`): cuDNN's
+packed layout each sequence's triangle, the Pallas kernel the whole row's causal
+tiles at its share of cuDNN's rate.
 """
 
 from __future__ import annotations
@@ -34,7 +38,10 @@ import pathlib
 
 import numpy as np
 
+from graft_jax import backends
+from graft_jax.models.attention import resolve_impl
 from graft_jax.models.logprobs import bucket_length
+from graft_jax.models.packed_attention import MAX_SEGMENTS
 from graft_jax.plan import costs, sampling_plan, server_layout, step_time
 from graft_jax.plan.lengths import ResponseLengths
 from graft_jax.packing import length_packing, sequence_packing
@@ -108,11 +115,40 @@ class EnginePlan:
     return self.run_seconds(validation) * self.devices / 3600
 
 
+def packed_kernel(cfg, mc, rates) -> str:
+  """The kernel packed rows attend with on the planned GPU (`costs.attention_pairs`):
+  'row' where the run's attention is not cuDNN's ('blocked' walks the whole row)."""
+  impl = resolve_impl(cfg.perf.attention_impl, dtype=cfg.dtype, head_dim=mc.head_dim,
+                      length=cfg.max_prompt_len + cfg.max_response_len,
+                      block=cfg.perf.attention_block, backend="gpu")
+  if impl != "cudnn":
+    return "row"
+  return backends.packed_attention_kernel(cfg.dtype, mc.head_dim,
+                                          capability=rates.compute_capability)
+
+
+def packed_call_flops(mc, lengths, bins, rows: int, length: int, kernel: str, rates, *,
+                      passes: int) -> float:
+  """FLOPs of one call of ``rows`` packed rows of ``length`` (``bins``: each row's
+  indices into ``lengths``; rows past them are empty), the Pallas kernel's attention
+  FLOPs divided by its share of cuDNN's rate. A call with a row of more than
+  `MAX_SEGMENTS` sequences runs the Pallas kernel (`packed_gpu_attention`)."""
+  if kernel == "cudnn_packed" and any(len(b) > MAX_SEGMENTS for b in bins):
+    kernel = "pallas"
+  weight = 1.0 / rates.pallas_attention_share if kernel == "pallas" else 1.0
+  total = 0.0
+  for r in range(rows):
+    segments = [lengths[i] for i in bins[r]] if r < len(bins) else []
+    matmul, attention = costs.packed_row_flops(mc, segments, length, kernel, passes=passes)
+    total += matmul + weight * attention
+  return total
+
+
 def _score_chunks(mc, row_tokens, *, cap_total: int, budget: int, devices: int,
-                  min_length: int = 0) -> tuple[float, set]:
+                  min_length: int = 0, kernel: str = "row", rates=None) -> tuple[float, set]:
   """FLOPs of `score_rows` over rows of ``row_tokens`` tokens, packed whole into rows
-  (`sequence_packing.plan_calls`), and its (rows, length) shapes. A packed row's
-  attention runs over the whole row, so each token costs a row-length context."""
+  (`sequence_packing.plan_calls`), by ``kernel`` (`packed_call_flops`), and its
+  (rows, length) shapes."""
   if not len(row_tokens):
     return 0.0, set()
   row_length = sequence_packing.packed_row_length(
@@ -120,16 +156,17 @@ def _score_chunks(mc, row_tokens, *, cap_total: int, budget: int, devices: int,
   most = max(1, 64 // devices)
   rows = min(sequence_packing.rows_per_call(budget, row_length, most), most) * devices
   flops, shapes = 0.0, set()
-  for _, length in sequence_packing.plan_calls(row_tokens, row_length, rows):
-    flops += rows * length * costs.score_flops_per_token(mc, length)
+  for bins, length in sequence_packing.plan_calls(row_tokens, row_length, rows):
+    flops += packed_call_flops(mc, row_tokens, bins, rows, length, kernel, rates, passes=1)
     shapes.add((rows, length))
   return flops, shapes
 
 
-def _update_flops(mc, row_tokens, cfg, devices: int) -> tuple[float, int]:
+def _update_flops(mc, row_tokens, cfg, devices: int, kernel: str = "row",
+                  rates=None) -> tuple[float, int]:
   """FLOPs of the update over ``row_tokens`` (one epoch's minibatches), sequences packed
-  whole into rows (``perf.packed_update``) or rows in length buckets, and its computed
-  tokens."""
+  whole into rows (``perf.packed_update``, their attention by ``kernel``,
+  `packed_call_flops`) or rows in length buckets, and its computed tokens."""
   cap_total = cfg.max_prompt_len + cfg.max_response_len
   width = bucket_length(cap_total, cap_total)
   per_mb = -(-len(row_tokens) // cfg.num_minibatches)
@@ -137,11 +174,14 @@ def _update_flops(mc, row_tokens, cfg, devices: int) -> tuple[float, int]:
   for start in range(0, len(row_tokens), per_mb):
     mb = row_tokens[start:start + per_mb]
     if cfg.perf.packed_update:  # whole sequences packed into rows of `width`
-      shapes = packed_micro_batches.plan(np.asarray(mb, np.int64), width,
-                                         cfg.perf.micro_batch_tokens, devices,
-                                         num_rows=len(mb))[0]
-    else:
-      shapes = length_packing.plan_micro_batches(mb, width, cfg.perf.micro_batch_tokens, devices)
+      shapes, bins_M = packed_micro_batches.plan(np.asarray(mb, np.int64), width,
+                                                 cfg.perf.micro_batch_tokens, devices,
+                                                 num_rows=len(mb))
+      for (_, rows, length), bins in zip(shapes, bins_M):
+        flops += packed_call_flops(mc, mb, bins, rows, length, kernel, rates, passes=3)
+        padded += rows * length
+      continue
+    shapes = length_packing.plan_micro_batches(mb, width, cfg.perf.micro_batch_tokens, devices)
     for _, rows, length in shapes:
       flops += rows * length * costs.train_flops_per_token(mc, length)
       padded += rows * length
@@ -177,10 +217,13 @@ def validations(cfg, steps: int) -> int:
 
 
 def plan_engine(cfg, models: dict, engine: str, devices: int, rates, a: Assumptions,
-                steps: int, *, sync: str = "nccl", layout=None) -> EnginePlan:
+                steps: int, *, sync: str = "nccl", layout=None,
+                live_decode: bool = True) -> EnginePlan:
   """The plan of ``cfg`` with ``engine`` ('jax' or 'vllm') for ``models`` ({name:
   ModelConfig}) on ``devices`` trainer devices, ``steps`` steps; vLLM's servers placed as
-  ``layout`` (`server_layout`; None: as ``cfg`` places them)."""
+  ``layout`` (`server_layout`; None: as ``cfg`` places them). ``live_decode``: whether
+  the slot pool decodes with the live-span kernel (its choice on GPUs and TPUs), or with
+  XLA's whole-window attention (a check on a CPU compares that)."""
   layout = layout or server_layout.from_config(cfg)
   a = dataclasses.replace(a, prompt_mean=min(a.prompt_mean, cfg.max_prompt_len),
                           prompt_longest=min(a.prompt_longest, cfg.max_prompt_len))
@@ -200,7 +243,8 @@ def plan_engine(cfg, models: dict, engine: str, devices: int, rates, a: Assumpti
                                          prompt_longest=a.prompt_longest,
                                          slots=cfg.rollout.pool_slots, rates=rates,
                                          prefill_chunk=cfg.rollout.pool_prefill_chunk,
-                                         prefill_group=cfg.rollout.pool_prefill_group, seed=seed)
+                                         prefill_group=cfg.rollout.pool_prefill_group, seed=seed,
+                                         live=live_decode)
     if engine == "jax":
       return sampling_plan.jax_generate(mc, lengths, prompts=prompts, n=k,
                                         prompt_longest=a.prompt_longest,
@@ -219,6 +263,7 @@ def plan_engine(cfg, models: dict, engine: str, devices: int, rates, a: Assumpti
   verify = lambda items: (items / (cfg.reward.num_workers * a.reward_items_per_cpu_s)
                           + items * lengths.expected() / a.tokenizer_tokens_per_s)
   for name, mc in models.items():
+    kernel = packed_kernel(cfg, mc, rates)
     g = generate(mc, p, n)
     terms["sampling"][name] = Term(g.seconds, g.describe())
     terms["rewards"][name] = Term(verify(rows), f"{rows} responses")
@@ -226,7 +271,8 @@ def plan_engine(cfg, models: dict, engine: str, devices: int, rates, a: Assumpti
     if cfg.old_logp_source == "teacher_forced":
       first = len(signal) // cfg.num_minibatches if cfg.ppo_epochs == 1 else 0
       f, shapes = _score_chunks(mc, signal[first:], cap_total=cap_total, budget=budget,
-                                devices=devices, min_length=int(np.max(tokens_R)))
+                                devices=devices, min_length=int(np.max(tokens_R)),
+                                kernel=kernel, rates=rates)
     else:
       f, shapes = 0.0, set()
     terms["scoring"][name] = Term(flops_s(f, rates.score_mfu),
@@ -237,21 +283,23 @@ def plan_engine(cfg, models: dict, engine: str, devices: int, rates, a: Assumpti
     if peer_scoring == "picked":
       picks = int(round(a.exchange_fraction * p * n))
       exchange_f, ex_shapes = _score_chunks(mc, tokens_R[:picks], cap_total=cap_total,
-                                            budget=budget, devices=devices)
+                                            budget=budget, devices=devices, kernel=kernel,
+                                            rates=rates)
     elif peer_scoring == "all":
       exchange_f, ex_shapes = _score_chunks(mc, tokens_R, cap_total=cap_total, budget=budget,
-                                            devices=devices)
+                                            devices=devices, kernel=kernel, rates=rates)
     host = 2 * picks * lengths.expected() / a.tokenizer_tokens_per_s  # decode + re-encode
     terms["exchange"][name] = Term(flops_s(exchange_f, rates.score_mfu) + host,
                                    f"{picks} peer rows scored" if picks else "")
-    up_f, padded = _update_flops(mc, signal, cfg, devices)
+    up_f, padded = _update_flops(mc, signal, cfg, devices, kernel, rates)
     opt = cfg.num_minibatches * cfg.ppo_epochs * costs.all_params(mc) * 28 / devices / (
         rates.hbm_efficiency * rates.hbm_bytes_per_s)  # fp32 params, grads, 2 moments
     push = (layout.replicas * step_time.weight_sync(mc, "vllm", sync, rates).seconds
             if engine == "vllm" else 0.0)
     terms["update"][name] = Term(flops_s(up_f, rates.train_mfu) + opt + push,
                                  f"{len(signal)} rows, {padded / max(np.sum(signal), 1):.2f}x "
-                                 f"padded" + (f", push {push:.2f} s" if push else ""))
+                                 f"padded" + (f", attention {kernel}" if cfg.perf.packed_update
+                                              else "") + (f", push {push:.2f} s" if push else ""))
     # Programs: the update's shapes + its optimizer step, the scorer's, the sampler's.
     width = bucket_length(cap_total, cap_total)
     per_mb = -(-len(signal) // cfg.num_minibatches)

@@ -35,6 +35,12 @@ class Rates:
   # step reads the whole cache window, and vLLM's paged decode (live tokens only).
   window_hbm_efficiency: float = 0.70
   paged_hbm_efficiency: float = 0.70
+  # The GPU's CUDA compute capability (H100 / H200: 9.0), which picks the kernel of
+  # packed rows (`graft_jax.backends.packed_attention_kernel`), and the Pallas GPU
+  # kernel's rate on the FLOPs it computes as a share of cuDNN's: stated, not
+  # measured (it has not run on a GPU here).
+  compute_capability: str = "9.0"
+  pallas_attention_share: float = 0.5
 
 
 def window_efficiency(seconds: float, *, rows: int, prompt_slots: int, new_slots: int,

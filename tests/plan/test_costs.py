@@ -42,3 +42,19 @@ def test_decode_bytes_and_ceiling_by_hand():
   bytes_step = 2 * costs.all_params(TINY) + 3 * 50 * kv
   assert costs.decode_bytes_per_step(TINY, 3, 50) == bytes_step
   assert costs.decode_tokens_per_s_ceiling(TINY, 3, 50, 1e12) == pytest.approx(3e12 / bytes_step)
+
+
+def test_packed_row_attention_pairs_by_hand():
+  """A row of 300 tokens holding sequences of 100, 60 and 40 (100 padding tokens)."""
+  segments = [100, 60, 40]
+  assert costs.attention_pairs(segments, 300, "cudnn_packed") == (100**2 + 60**2 + 40**2) / 2
+  # 3 blocks of 128: tiles (0,0), (1,0), (1,1), (2,0), (2,1), (2,2), all computed
+  assert costs.attention_pairs(segments, 300, "pallas", block=128) == 6 * 128 * 128
+  assert costs.attention_pairs(segments, 300, "row") == 300 * 300 / 2
+  # the 'row' count is F's: a row of T tokens costs T x F(T)
+  for passes, per_token in ((1, costs.score_flops_per_token), (3, costs.train_flops_per_token)):
+    matmul, attention = costs.packed_row_flops(TINY, segments, 300, "row", passes=passes)
+    assert matmul + attention == pytest.approx(300 * per_token(TINY, 300))
+  matmul, attention = costs.packed_row_flops(TINY, segments, 300, "cudnn_packed", passes=3)
+  assert matmul == 6 * costs.matmul_params(TINY) * 300
+  assert attention == 3 * 4 * TINY.num_layers * 16 * (100**2 + 60**2 + 40**2) / 2

@@ -1,6 +1,8 @@
 """The plan per phase and engine: its phases are the ones the trainer records, its terms
 add up to the step and the run, and its sampler term follows the sampler's own plan."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -130,3 +132,36 @@ def _scale_by_draws(rng):
 def test_eval_calls_of_the_paper_suite():
   calls = phases.eval_calls(_pair_cfg())
   assert sum(calls) == 872 and len(calls) == 8 + 1 + 1 + 1 + 5 and max(calls) == 64
+
+
+def test_packed_rows_are_charged_for_the_kernel_that_runs():
+  """The pair config (bf16, head_dim 128) on an H100 / H200 (compute capability 9.0)
+  attends packed rows in cuDNN's packed layout, on an A100 (8.0) in the Pallas kernel:
+  its whole-row tiles at its share of cuDNN's rate make scoring and the update slower."""
+  cfg, models = _pair_cfg(), _models()
+  a = phases.Assumptions(lengths=ResponseLengths(4096, 1200, 2.0))
+  hopper = step_time.MEASURED_H200
+  ampere = dataclasses.replace(hopper, compute_capability="8.0")
+  assert {phases.packed_kernel(cfg, mc, hopper) for mc in models.values()} == {"cudnn_packed"}
+  assert {phases.packed_kernel(cfg, mc, ampere) for mc in models.values()} == {"pallas"}
+  plans = [phases.plan_engine(cfg, models, "jax", 4, r, a, 10) for r in (hopper, ampere)]
+  for phase in ("scoring", "update"):
+    fast, slow = (p.phase_seconds(phase) for p in plans)
+    assert 0 < fast < slow, phase
+  assert "attention cudnn_packed" in plans[0].step_terms["update"]["qwen3_1p7b"].detail
+
+
+def test_a_call_with_a_fuller_row_is_charged_as_pallas():
+  """`packed_call_flops`: cuDNN's layout takes up to MAX_SEGMENTS sequences a row; one
+  more sends the whole call to the Pallas kernel, as `packed_gpu_attention` does."""
+  mc, rates = ModelConfig.qwen3_1p7b(), step_time.MEASURED_H200
+  m = phases.MAX_SEGMENTS
+  lengths = [64] * (m + 1)
+  call = lambda bins, kernel: phases.packed_call_flops(mc, lengths, bins, 2, 2048, kernel, rates,
+                                                       passes=3)
+  fits, full = [list(range(m))], [list(range(m + 1))]
+  assert call(fits, "cudnn_packed") < call(fits, "pallas")
+  assert call(full, "cudnn_packed") == call(full, "pallas")
+  # Pallas's attention at half of cuDNN's rate: its FLOPs count twice
+  matmul, attention = costs.packed_row_flops(mc, [], 2048, "pallas", passes=3)
+  assert call(full, "pallas") == pytest.approx(2 * (matmul + attention / 0.5))
