@@ -37,10 +37,9 @@ packed layout on Hopper or later (`graft_jax.models.packed_attention`: each
 sequence alone, no tile across two), elsewhere the Pallas GPU flash kernel, which
 masks by segment id and causally in its blocks and so computes every causal tile of
 the whole row; on a TPU they run in splash attention with the segment ids as they
-are. ``blocked_attention``
-walks query blocks and, inside each, the key blocks it can see (the causal
-future is skipped), keeping a running max m, normaliser l and output
-accumulator (the online softmax of FlashAttention, arXiv 2205.14135):
+are. ``blocked_attention`` walks query blocks and, inside each, the key blocks it
+can see (the causal future is skipped), keeping a running max m, normaliser l and
+output accumulator (the online softmax of FlashAttention, arXiv 2205.14135):
 
 .. math::
     m' = \\max(m, \\max_s x_s),\\quad l' = e^{m - m'} l + \\sum_s e^{x_s - m'},\\quad

@@ -18,10 +18,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 from jax import export
 from jax._src.cudnn import fused_attention_stablehlo as cudnn_fa
 
 from graft_jax import backends
+from graft_jax.models import ModelConfig, init_model, token_logprobs
 from graft_jax.models import attention as attention_lib
 from graft_jax.models import packed_attention
 
@@ -169,3 +171,28 @@ def test_the_log_line_names_the_packed_kernel():
       "cudnn_packed")
   assert "packed" not in attention_lib.describe_impl("auto", dtype=jnp.float32, head_dim=128,
                                                      length=6144, backend="tpu")
+
+
+@pytest.mark.parametrize("capability,want", [(None, {TRITON}),
+                                             ("9.0", {CUDNN_FWD, CUDNN_BWD, TRITON})])
+def test_a_decoders_gradient_over_packed_rows_lowers_for_cuda(h100, monkeypatch, capability,
+                                                              want):
+  """The update's path: a bf16 decoder (scanned, rematerialised layers, 'auto'
+  attention) differentiated through `token_logprobs` of packed rows, lowered for a GPU
+  whose capability is not known (the Pallas kernel) or named as an H100's (cuDNN's
+  packed layout, the Pallas kernel beside it for fuller rows)."""
+  door = backends.packed_attention_kernel
+  monkeypatch.setattr(backends, "packed_attention_kernel",
+                      lambda dtype, head_dim: door(dtype, head_dim, capability=capability))
+  cfg = ModelConfig(model_type="qwen3", vocab_size=61, hidden_size=64, intermediate_size=48,
+                    num_layers=1, num_heads=4, num_kv_heads=2, head_dim=32, qk_norm=True)
+  with backends.traced_for("gpu", lowering=True):
+    model = init_model(cfg, rngs=nnx.Rngs(0), dtype=jnp.bfloat16)
+    model.set_memory_options(remat="full", scan_layers=True, attention="auto")
+    graphdef, state = nnx.split(model)
+    loss = lambda state, ids, seg: token_logprobs(nnx.merge(graphdef, state), ids, seg > 0,
+                                                  segment_ids_BxT=seg).sum()
+    ids = jax.ShapeDtypeStruct((2, 128), jnp.int32)
+    text = export.export(jax.jit(jax.grad(loss)), platforms=["cuda"], disabled_checks=CHECKS)(
+        state, ids, ids).mlir_module()
+  assert set(_calls(text)) == want
