@@ -68,14 +68,18 @@ def cudnn_packed_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, seg_BxT, *,
 
   b, t, kv, g, h = q_BxTxKxGxH.shape
   offsets_BxM1, seqlen_BxM, _ = segment_runs(seg_BxT, max_segments)
+  # cuDNN computes nothing at a slot outside the sequences it is told of: its output
+  # and dQ, dK, dV there are undefined. Selecting the inputs and the output there
+  # makes their gradient 0 at those slots whatever cuDNN leaves in them.
+  real_BxT = seg_BxT > 0
+  real = lambda x: jnp.where(real_BxT.reshape(real_BxT.shape + (1,) * (x.ndim - 2)), x, 0)
   # Query head n = k * G + j shares kv head k: cuDNN's grouping.
   out_BxTxNxH = cudnn_fa.dot_product_attention(
-      q_BxTxKxGxH.reshape(b, t, kv * g, h), k_BxTxKxH, v_BxTxKxH, q_seqlen=seqlen_BxM,
-      kv_seqlen=seqlen_BxM, q_offsets=offsets_BxM1, kv_offsets=offsets_BxM1,
-      scale=h ** -0.5, mask_type=cudnn_fa.MaskType.PADDING_CAUSAL, qkv_layout="BTNH")
-  out_BxTxKxGxH = out_BxTxNxH.reshape(b, t, kv, g, h)
-  return jnp.where((seg_BxT > 0)[:, :, None, None, None], out_BxTxKxGxH, 0).astype(
-      q_BxTxKxGxH.dtype)
+      real(q_BxTxKxGxH).reshape(b, t, kv * g, h), real(k_BxTxKxH), real(v_BxTxKxH),
+      q_seqlen=seqlen_BxM, kv_seqlen=seqlen_BxM, q_offsets=offsets_BxM1,
+      kv_offsets=offsets_BxM1, scale=h ** -0.5, mask_type=cudnn_fa.MaskType.PADDING_CAUSAL,
+      qkv_layout="BTNH")
+  return real(out_BxTxNxH.reshape(b, t, kv, g, h)).astype(q_BxTxKxGxH.dtype)
 
 
 def fits(seg_BxT, max_segments: int = MAX_SEGMENTS) -> jax.Array:
