@@ -175,16 +175,9 @@ class ContinuousSamplerEngine:
       if len(budgets) != rows or min(budgets) < 1 or max(budgets) > steps:
         raise ValueError(f"generate: budgets must be {rows} values in [1, {steps}]")
       budget_R[:rows] = budgets
-    greedy = params.temperature == 0
-    out = run_pool(
-        self.graphdef, decoding_weights(self.state, self.dtype, self.batch_axes), ids, lens,
-        jnp.int32(rows), jnp.int32(n), budget_R, jax.random.key(params.seed),
-        jnp.float32(params.temperature if not greedy else 1.0), jnp.float32(params.top_p),
-        slots=self.slots, max_new=self.max_new_tokens, chunk=self.prefill_chunk,
-        group=self.prefill_group, eos_ids=self.eos_ids, pad_id=self.pad_id, greedy=greedy,
-        top_k=0 if greedy else min(params.top_k, self.vocab_size),
-        use_top_p=not greedy and params.top_p < 1.0, cache_dtype=self.cache_dtype,
-        refill=self.refill, shrinks=self.shrinks, mesh=self.mesh, batch_axes=self.batch_axes)
+    args, kw = self.call_args(decoding_weights(self.state, self.dtype, self.batch_axes), ids,
+                              lens, budget_R, params, rows=rows, n=n)
+    out = run_pool(*args, **kw)
     # Only this call's rows cross to the host, however large the capacity.
     out = jax.device_get(out._replace(
         tokens_RxM=out.tokens_RxM[:rows, :steps], logp_RxM=out.logp_RxM[:rows, :steps],
@@ -198,6 +191,22 @@ class ContinuousSamplerEngine:
         logp_BxL=np.where(mask_BxL, out.logp_RxM, 0.0).astype(np.float32),
         finished_B=finished, truncated_B=~finished,
         prompt_index_B=np.repeat(np.arange(num, dtype=np.int32), n), n=n)
+
+  def call_args(self, state, prompts_PxL, prompt_len_P, budget_R, params: SamplingParams, *,
+                rows: int, n: int) -> tuple[tuple, dict]:
+    """The arguments of the `run_pool` call that samples ``rows`` requests, ``n`` per prompt
+    (the arrays at the capacities' shapes: host arrays, or abstract ones for a planner
+    that lowers the program, `graft_jax.plan.lowering`): (positional, keyword)."""
+    greedy = params.temperature == 0
+    return ((self.graphdef, state, prompts_PxL, prompt_len_P, jnp.int32(rows), jnp.int32(n),
+             budget_R, jax.random.key(params.seed),
+             jnp.float32(params.temperature if not greedy else 1.0), jnp.float32(params.top_p)),
+            dict(slots=self.slots, max_new=self.max_new_tokens, chunk=self.prefill_chunk,
+                 group=self.prefill_group, eos_ids=self.eos_ids, pad_id=self.pad_id,
+                 greedy=greedy, top_k=0 if greedy else min(params.top_k, self.vocab_size),
+                 use_top_p=not greedy and params.top_p < 1.0, cache_dtype=self.cache_dtype,
+                 refill=self.refill, shrinks=self.shrinks, mesh=self.mesh,
+                 batch_axes=self.batch_axes))
 
   def _chunks(self, tokens: int) -> int:
     """``tokens`` rounded up to whole prefill chunks."""

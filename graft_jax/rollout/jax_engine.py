@@ -180,15 +180,9 @@ class JaxSamplerEngine:
 
     def call(start: int):
       part = slice(start, start + chunk)
-      return generate_padded(
-          self.graphdef, state, *map(self._rows, (ids[part], mask[part], valid[part])),
-          jax.random.key(params.seed), jnp.int32(params.max_new_tokens),
-          jnp.float32(params.temperature if not greedy else 1.0), jnp.float32(params.top_p),
-          jnp.int32(start * n), n=n, max_new=n_bucket, eos_ids=self.eos_ids,
-          pad_id=self.pad_id, greedy=greedy,
-          top_k=0 if greedy else min(params.top_k, self.vocab_size),
-          use_top_p=not greedy and params.top_p < 1.0, cache_dtype=self.cache_dtype,
-          total_rows=p_bucket * n)
+      args, kw = self.call_args(state, ids[part], mask[part], valid[part], params, n=n,
+                                max_new=n_bucket, row_offset=start * n, total_rows=p_bucket * n)
+      return generate_padded(*args, **kw)
 
     starts = list(range(0, num, chunk))  # chunks of only filler prompts are skipped
     side_by_side = min(side_by_side, len(starts))
@@ -218,6 +212,22 @@ class JaxSamplerEngine:
         truncated_B=~np.asarray(finished[:rows], bool),
         prompt_index_B=np.repeat(np.arange(num, dtype=np.int32), n),
         n=n)
+
+  def call_args(self, state, ids_PxL, mask_PxL, valid_P, params: SamplingParams, *, n: int,
+                max_new: int, row_offset: int, total_rows: int) -> tuple[tuple, dict]:
+    """The arguments of one `generate_padded` call over these prompt rows (``ids_PxL``,
+    ``mask_PxL``, ``valid_P``: host arrays, or abstract ones for a planner that lowers
+    the program, `graft_jax.plan.lowering`), its first row ``row_offset`` of a call of
+    ``total_rows``: (positional, keyword)."""
+    greedy = params.temperature == 0
+    return ((self.graphdef, state, *map(self._rows, (ids_PxL, mask_PxL, valid_P)),
+             jax.random.key(params.seed), jnp.int32(params.max_new_tokens),
+             jnp.float32(params.temperature if not greedy else 1.0), jnp.float32(params.top_p),
+             jnp.int32(row_offset)),
+            dict(n=n, max_new=max_new, eos_ids=self.eos_ids, pad_id=self.pad_id, greedy=greedy,
+                 top_k=0 if greedy else min(params.top_k, self.vocab_size),
+                 use_top_p=not greedy and params.top_p < 1.0, cache_dtype=self.cache_dtype,
+                 total_rows=total_rows))
 
   def decoding_state(self):
     """The weights one `generate` decodes from: in the sampling dtype, and gathered

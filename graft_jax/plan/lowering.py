@@ -1,0 +1,245 @@
+"""Every program a pair's run compiles, lowered for a GPU (CUDA) or a TPU on any machine.
+
+``jax.export`` with ``platforms=`` lowers a program for hardware that is not
+here: every shape rule runs, and each Pallas kernel goes through its own
+lowering (Triton on a GPU, Mosaic on a TPU), short of compiling. Under
+`graft_jax.backends.traced_for` with ``lowering`` the programs are traced as
+that hardware runs them: the kernels native, not in Pallas's interpreter, and
+'auto' resolved for the target (cuDNN's attention on a GPU, splash on a TPU,
+the live-span decode kernels). So a CPU finds what would fail on a GPU's first
+step, before any GPU runs the code.
+
+The programs are the run's own, built from a run config: the samplers' jitted
+calls with the engines' own arguments (`JaxSamplerEngine.call_args`,
+`ContinuousSamplerEngine.call_args`), the scorer's packed and bucketed programs
+(own rows, and a peer's re-tokenized rows past the length budget), the update's
+gradient programs (`graft_jax.train.update.update_program`, rows packed or
+bucketed) and its optimizer step, and validation's top-p sampler. Each model
+keeps its real widths, heads, head_dim and vocabulary with abstract weights
+(``nnx.eval_shape``), a few layers (of each kind: SmolLM3's NoPE layers too) and
+small batches: the layers repeat one block's program, and shapes cost nothing to
+trace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax import export
+from jax._src.cudnn import fused_attention_stablehlo as cudnn_attention
+
+from graft_jax import backends
+from graft_jax.models import logprobs
+from graft_jax.models.config import ModelConfig
+from graft_jax.models.decoder import Decoder
+from graft_jax.packing import sequence_packing
+from graft_jax.rollout import ContinuousSamplerEngine, JaxSamplerEngine, SamplingParams
+from graft_jax.plan.phases import eval_calls
+from graft_jax.rollout.kv_budget import bucket
+from graft_jax.rollout.sampler import generate_padded
+from graft_jax.rollout.slot_pool import run_pool
+from graft_jax.train import methods, packed_micro_batches
+from graft_jax.train.policy import PoolSettings
+from graft_jax.train.update import make_optimizer, micro_batch_budget, update_program
+
+# jax.export's platform name -> the backend `traced_for` takes.
+PLATFORMS = {"cuda": "gpu", "tpu": "tpu"}
+PROGRAMS = ("sampler", "pool", "scoring_packed", "scoring_bucketed", "exchange_scoring",
+            "update_packed", "update_bucketed", "optimizer_step", "validation",
+            "validation_pool")
+# The kernels' custom calls, which jax.export refuses unless told: none has a stable ABI.
+TRITON, MOSAIC_TPU = "__gpu$xla.gpu.triton", "tpu_custom_call"
+CUDNN_FORWARD, CUDNN_BACKWARD = "__cudnn$fmhaSoftmax", "__cudnn$fmhaSoftmaxBackward"
+KERNEL_CALLS = (TRITON, "triton_kernel_call", MOSAIC_TPU, CUDNN_FORWARD, CUDNN_BACKWARD)
+# Prompts per static sampler call and the longest prompt (its bucket), micro-batches per
+# gradient program: small, since only their shapes are traced.
+PROMPTS, PROMPT_TOKENS, MICRO_BATCHES = 2, 400, 2
+# H100's answers to cuDNN's queries: compute capability 9.0, cuDNN 9.10.
+H100_CAPABILITY, H100_CUDNN = (9, 0), 91000
+
+
+def few_layers(mc: ModelConfig, layers: int = 2) -> ModelConfig:
+  """``mc`` with ``layers`` layers, keeping one of each kind it has (RoPE and NoPE)."""
+  kinds = sorted(set(mc.use_rope_layers), reverse=True)
+  return dataclasses.replace(mc, num_layers=layers,
+                             use_rope_layers=tuple(kinds[i % len(kinds)] for i in range(layers)))
+
+
+def abstract_decoder(cfg, mc: ModelConfig) -> Decoder:
+  """The run's decoder of ``mc`` with abstract weights, its memory options and decode
+  attention as `graft_jax.train.setup.load_models` sets them."""
+  perf = cfg.perf
+
+  def build():
+    model = Decoder(mc, rngs=nnx.Rngs(0), param_dtype=jnp.dtype(cfg.param_dtype),
+                    dtype=jnp.dtype(cfg.dtype))
+    model.set_memory_options(remat=perf.remat, scan_layers=perf.scan_layers,
+                             attention=perf.attention_impl, attention_block=perf.attention_block,
+                             score_tokens=micro_batch_budget(perf.micro_batch_tokens),
+                             kv_cache_bytes=perf.sampler_max_kv_bytes)
+    model.set_decode_attention(perf.decode_attention)
+    return model
+
+  return nnx.eval_shape(build)
+
+
+def _spec(shape, dtype):
+  return jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype))
+
+
+def _decoding(state, dtype):
+  """The weights a sampler decodes from (`graft_jax.rollout.decode_weights`): floating
+  ones in the compute dtype."""
+  return jax.tree.map(lambda x: _spec(x.shape, dtype if jnp.issubdtype(x.dtype, jnp.floating)
+                                      else x.dtype), state)
+
+
+def _ids(mc: ModelConfig) -> tuple[int, int]:
+  return mc.eos_token_ids[0] if mc.eos_token_ids else 0, mc.pad_token_id or 0
+
+
+def _sampler(cfg, model, params: SamplingParams, n: int):
+  eos, pad = _ids(model.cfg)
+  engine = JaxSamplerEngine(model, eos_ids=eos, pad_id=pad,
+                            streams=cfg.perf.sampler_streams or None)
+  prompt_len = bucket(PROMPT_TOKENS, engine.min_prompt_bucket)
+  args, kw = engine.call_args(
+      _decoding(engine.state, engine.dtype), _spec((PROMPTS, prompt_len), jnp.int32),
+      _spec((PROMPTS, prompt_len), bool), _spec((PROMPTS,), bool), params, n=n,
+      max_new=bucket(params.max_new_tokens, engine.min_new_bucket), row_offset=0,
+      total_rows=PROMPTS * n)
+  return generate_padded, args, kw
+
+
+def _pool(cfg, model, params: SamplingParams, n: int, requests: int):
+  pool = PoolSettings.from_config(dataclasses.replace(
+      cfg, rollout=dataclasses.replace(cfg.rollout, sampler="pool")))
+  eos, pad = _ids(model.cfg)
+  engine = ContinuousSamplerEngine(
+      model, eos_ids=eos, pad_id=pad, slots=pool.slots, prefill_chunk=pool.prefill_chunk,
+      prefill_group=pool.prefill_group, max_prompt_len=pool.max_prompt_len,
+      max_new_tokens=pool.max_new_tokens, max_requests=max(pool.max_requests, requests))
+  r = engine.max_requests
+  args, kw = engine.call_args(
+      _decoding(engine.state, engine.dtype), _spec((r, engine.max_prompt_len), jnp.int32),
+      _spec((r,), jnp.int32), _spec((r,), jnp.int32), params, rows=requests, n=n)
+  return run_pool, args, kw
+
+
+def _scoring(model, *, packed: bool, length: int):
+  """The scorer's program (`graft_jax.train.row_logprobs.score_rows`: packed rows with
+  segment ids; bucketed: rows padded to a length bucket) over calls of ``length``."""
+  graphdef, state = nnx.split(model)
+  rows = sequence_packing.rows_per_call(model.score_tokens, length, 64)
+  mask = _spec((rows, length), jnp.int32 if packed else bool)
+  # pylint: disable=protected-access
+  fn = logprobs._token_logprobs_packed if packed else logprobs._token_logprobs_split
+  return fn, (graphdef, state, _spec((rows, length), jnp.int32), mask, _spec((), jnp.float32)), {}
+
+
+def _update(cfg, model, *, packed: bool, step: bool = False):
+  """The update's gradient program (or, ``step``, its optimizer step) over micro-batches
+  of one row of the run's length budget (`packed_micro_batches` / `length_packing`)."""
+  graphdef, params = nnx.split(model)
+  cap = cfg.max_prompt_len + cfg.max_response_len
+  width = logprobs.bucket_length(cap, cap)  # the run's length budget (`train.step`)
+  rows = sequence_packing.rows_per_call(micro_batch_budget(cfg.perf.micro_batch_tokens), width, 1)
+  view = rows * packed_micro_batches.SEQS_PER_ROW if packed else rows
+  (grads, grad_args), (apply, apply_args) = update_program(
+      graphdef, params, make_optimizer(cfg.optimizer), methods.make(cfg).loss_fn, rows=view,
+      length=width, slots=MICRO_BATCHES)
+  if step:
+    return apply, apply_args, {}
+  if packed:  # the row view of packed rows (`packed_micro_batches.stack`)
+    p, acc, (batch, fresh), scalars, count, index = grad_args
+    tokens, per_row = (MICRO_BATCHES, rows, width), (MICRO_BATCHES, view)
+    packing = packed_micro_batches.Packing(ids=_spec(tokens, jnp.int32),
+                                           segment_ids=_spec(tokens, jnp.int32),
+                                           row=_spec(per_row, jnp.int32),
+                                           start=_spec(per_row, jnp.int32))
+    grad_args = (p, acc, (batch, fresh, packing), scalars, count, index)
+  return grads, grad_args, {}
+
+
+def build(cfg, program: str, mc: ModelConfig):
+  """(jitted function, positional, keyword) of ``program`` for the model ``mc`` of the run
+  ``cfg``; call it under `graft_jax.backends.traced_for` (the engines read the target)."""
+  model = abstract_decoder(cfg, few_layers(mc))
+  train = SamplingParams(max_new_tokens=cfg.max_response_len, temperature=cfg.rollout.temperature,
+                         top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, seed=cfg.seed)
+  e = cfg.eval
+  val = SamplingParams(max_new_tokens=cfg.max_response_len, temperature=e.temperature,
+                       top_p=e.top_p, seed=cfg.seed)
+  cap = cfg.max_prompt_len + cfg.max_response_len
+  row = sequence_packing.packed_row_length(cap)
+  builders = {
+      "sampler": lambda: _sampler(cfg, model, train, cfg.n),
+      "pool": lambda: _pool(cfg, model, train, cfg.n, cfg.prompts_per_step * cfg.n),
+      "scoring_packed": lambda: _scoring(model, packed=True, length=row),
+      "scoring_bucketed": lambda: _scoring(model, packed=False,
+                                           length=logprobs.bucket_length(cap, cap)),
+      # A peer's text re-tokenized past the budget: a row of its own, twice as long.
+      "exchange_scoring": lambda: _scoring(model, packed=True,
+                                           length=sequence_packing.long_row_length(row + 1, row)),
+      "update_packed": lambda: _update(cfg, model, packed=True),
+      "update_bucketed": lambda: _update(cfg, model, packed=False),
+      "optimizer_step": lambda: _update(cfg, model, packed=False, step=True),
+      "validation": lambda: _sampler(cfg, model, val, e.k),
+      # The pool takes the whole suite in one call (`Validator`).
+      "validation_pool": lambda: _pool(cfg, model, val, e.k, eval_calls(cfg, pool=True)[0] * e.k),
+  }
+  return builders[program]()
+
+
+@contextlib.contextmanager
+def h100_cudnn():
+  """cuDNN's version and compute-capability queries answered as on an H100 (capability
+  9.0) with cuDNN 9.10: `jax._src.cudnn.fused_attention_stablehlo.check_cudnn_version`,
+  `check_compute_capability` and `is_cuda_compute_capability_equal`, which ask the local
+  GPU and cuDNN library, so cuDNN's attention lowers where neither is present. Nothing
+  else of cuDNN's lowering changes: its shape and layout checks run as on the GPU."""
+  names = ("check_cudnn_version", "check_compute_capability", "is_cuda_compute_capability_equal")
+  saved = {n: getattr(cudnn_attention, n) for n in names}
+  capability = lambda c: tuple(int(x) for x in c.split("."))
+  answers = (lambda: H100_CUDNN, lambda c: H100_CAPABILITY >= capability(c),
+             lambda c: H100_CAPABILITY == capability(c))
+  try:
+    for n, answer in zip(names, answers):
+      setattr(cudnn_attention, n, answer)
+    yield
+  finally:
+    for n, fn in saved.items():
+      setattr(cudnn_attention, n, fn)
+
+
+def lower(cfg, program: str, mc: ModelConfig, platform: str, *,
+          as_h100: bool = True) -> export.Exported:
+  """``program`` of the model ``mc`` lowered for ``platform`` ('cuda' or 'tpu'); with
+  ``as_h100`` cuDNN's queries answered as on an H100 (`h100_cudnn`)."""
+  with (backends.traced_for(PLATFORMS[platform], lowering=True),
+        h100_cudnn() if as_h100 else contextlib.nullcontext()):
+    # A jitted function's traces are cached by its arguments, not by the target they
+    # were traced for: another target's trace of the same call would be reused.
+    jax.clear_caches()
+    fn, args, kw = build(cfg, program, mc)
+    return export.export(fn, platforms=[platform], disabled_checks=[
+        export.DisabledSafetyCheck.custom_call(c) for c in KERNEL_CALLS])(*args, **kw)
+
+
+def kernel_calls(exported: export.Exported) -> set[str]:
+  """The kernels' custom-call targets in a lowered program."""
+  found = set(re.findall(r"custom_call @([\w$.]+)", exported.mlir_module()))
+  return found & set(KERNEL_CALLS)
+
+
+def run_models(cfg) -> dict[str, ModelConfig]:
+  """The run's models by name (`graft_jax.plan.run.model_config`: the folder's config.json,
+  else the preset of its name)."""
+  from graft_jax.config.checks import policy_configs  # pylint: disable=import-outside-toplevel
+  from graft_jax.plan.run import model_config  # pylint: disable=import-outside-toplevel
+  return {m.name: model_config(m) for m in policy_configs(cfg)}

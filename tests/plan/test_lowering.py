@@ -1,0 +1,76 @@
+"""Every program of the paper's pair runs lowered for CUDA and for a TPU on this CPU
+(`graft_jax.plan.lowering`): each program of each pair's models at their real widths,
+heads, head_dim and vocabulary, with the kernels the target runs in it."""
+
+import pathlib
+
+import pytest
+
+from graft_jax.config import load as config_load
+from graft_jax.plan import lowering
+from graft_jax.train import methods
+
+CONFIGS = sorted((pathlib.Path(__file__).resolve().parents[2] / "configs").glob("pair_*.py"))
+TRITON, MOSAIC, CUDNN, CUDNN_BWD = (lowering.TRITON, lowering.MOSAIC_TPU, lowering.CUDNN_FORWARD,
+                                    lowering.CUDNN_BACKWARD)
+# The kernels each program must hold. CUDA: a decode step in the live-span kernel
+# (Triton), a prefill and unpacked rows in cuDNN's attention, packed rows in Pallas's
+# flash kernel (Triton); the pool's prefill chunks walk key blocks in plain JAX. TPU:
+# splash attention, and the pool's decode steps in the live-span kernel (Mosaic); the
+# static sampler's windows are not whole 128-slot blocks, so XLA decodes.
+KERNELS = {
+    "sampler": ({TRITON, CUDNN}, {MOSAIC}),
+    "pool": ({TRITON}, {MOSAIC}),
+    "scoring_packed": ({TRITON}, {MOSAIC}),
+    "scoring_bucketed": ({CUDNN}, {MOSAIC}),
+    "exchange_scoring": ({TRITON}, {MOSAIC}),
+    "update_packed": ({TRITON}, {MOSAIC}),
+    "update_bucketed": ({CUDNN, CUDNN_BWD}, {MOSAIC}),
+    "optimizer_step": (set(), set()),
+    "validation": ({TRITON, CUDNN}, {MOSAIC}),
+    "validation_pool": ({TRITON}, {MOSAIC}),
+}
+
+
+@pytest.fixture(scope="module")
+def runs():
+  """(config, {name: ModelConfig}) of each pair's run, each model once."""
+  out, seen = [], set()
+  for path in CONFIGS:
+    cfg = methods.from_config_dict(config_load.load_config(str(path)))
+    models = {n: mc for n, mc in lowering.run_models(cfg).items() if n not in seen}
+    seen.update(models)
+    out.append((cfg, models))
+  return out
+
+
+def test_the_pairs_have_three_models(runs):
+  """SmolLM3-3B (NoPE layers), Qwen3-1.7B (q/k norms) and Llama 3.2 3B (3 queries per kv
+  head), each lowered once."""
+  assert {n for _, models in runs for n in models} == {"smollm3_3b", "qwen3_1p7b",
+                                                        "octothinker_3b"}
+
+
+@pytest.mark.parametrize("platform", sorted(lowering.PLATFORMS))
+@pytest.mark.parametrize("program", lowering.PROGRAMS)
+def test_lowers(runs, program, platform):
+  want = KERNELS[program][sorted(lowering.PLATFORMS).index(platform)]
+  for cfg, models in runs:
+    for name, mc in models.items():
+      found = lowering.kernel_calls(lowering.lower(cfg, program, mc, platform))
+      assert want <= found, f"{name}: {program} for {platform} holds {sorted(found)}"
+
+
+def test_cudnn_lowers_only_with_an_h100s_answers(runs):
+  """Off a GPU cuDNN's lowering stops at its version query; `lowering.h100_cudnn`
+  answers it (and the capability queries) for the length of the lowering only."""
+  from jax._src.cudnn import fused_attention_stablehlo as cudnn_fa  # pylint: disable=import-outside-toplevel
+  cfg, models = runs[0]
+  mc = next(iter(models.values()))
+  with lowering.h100_cudnn():
+    assert cudnn_fa.check_cudnn_version() == lowering.H100_CUDNN
+    assert cudnn_fa.check_compute_capability("9.0") and not cudnn_fa.check_compute_capability("10.0")
+  with pytest.raises(RuntimeError, match="cuDNN is not detected"):
+    cudnn_fa.check_cudnn_version()
+  with pytest.raises(RuntimeError, match="cuDNN is not detected"):
+    lowering.lower(cfg, "scoring_bucketed", mc, "cuda", as_h100=False)
