@@ -1,32 +1,33 @@
-"""The training side of a GRAFT step on one GPU, with the machine's own preinstalled JAX.
+"""A GPU check, section by section, each in a process of its own that writes its figures
+before the next starts: a section that dies, runs out of memory or out of time loses
+itself only.
 
-  benchmarks/gpu_check.sh [--json=$OUT/gpu_check.json]       # on the GPU machine
-  .venv/bin/python benchmarks/gpu_check.py --dry               # the same code, tiny, on CPU
+  benchmarks/gpu_check.sh [--out=DIR]                       # on the GPU machine
+  .venv/bin/python benchmarks/gpu_check.py --dry --out=DIR  # the same sequence, tiny, on CPU
 
-Prints, for a randomly initialised Qwen3-1.7B (fp32 master weights, bf16 compute,
-every block rematerialised, blocks under a scan) at rows of 4,096 and 8,192 tokens:
+The driver (this file without ``--section``) runs the sections in order, each as
+``gpu_check.py --section=NAME`` under its own timeout (`TIMEOUTS`, summing to 8
+minutes), with JAX's share of the device (``--mem_fraction``) and its preallocation
+set in the environment before JAX starts. Each writes ``DIR/NAME.json`` as its figures
+come (``DIR``: ``--out``, else ``$OUT``); the driver appends one line per section to
+``DIR/gpu_check.jsonl``: ok, failed (a figure reported an error), died (its exit code)
+or timed out. Shapes are sized from the device's memory (``bytes_limit``, asked once).
 
-- attention: each implementation's forward + backward time and its program's scratch
-  memory (XLA's memory analysis), and its largest difference from 'dense';
-- update: the library's update programs (the micro-batch gradient loop and the
-  optimizer step), tokens/s, MFU against ``--peak_tflops`` and the device's peak
-  memory against the programs' own memory analysis (the plan's prediction);
-- scoring: `score_rows` (teacher-forced log-probs) tokens/s and MFU;
-- sampler: `JaxSamplerEngine` tokens/s from bf16 weights against its HBM-bound ceiling
-  at ``--hbm_tbps`` (`graft_jax.plan.costs`); the slot pool (`ContinuousSamplerEngine`)
-  on lognormal lengths, its occupancy and share of HBM peak; the live-span decode kernel
-  against float64 (benchmarks/gpu_check_pool.py);
-- parity: a 2-layer slice's log-probs and gradient under each attention
-  implementation against 'dense' (bf16 compute, a left-padded row).
-- nccl_local (only when named): the NCCL weight push's library, a 1-rank
-  communicator, a broadcast and the staging of a SmolLM3-size push
-  (``benchmarks/gpu_check_nccl.py``).
-- step and sampler_window (only when named): a 3-step GRAFT run of two random-weight
-  models beside the plan's prediction per phase, and decode seconds per step at two
-  cache windows (``benchmarks/gpu_check_step.py``).
+The sequence, by what it tells per second (`DEFAULT_SECTIONS`):
 
-Each section runs on its own and prints one line per figure; a section that fails
-prints one line saying why and the rest still run. ``--json`` writes every figure.
+- env_decode: the device, JAX and the live-span decode kernel at Qwen3-1.7B's and
+  SmolLM3-3B's heads over a 6,144-slot window, a finished row among its rows, against
+  XLA (`benchmarks/gpu_check_kernels.py`);
+- packed: packed attention forward + backward at 6,144 tokens, whatever kernel
+  `attention` picks, against 'dense', then one packed micro-batch of Qwen3-1.7B;
+- pool: the slot pool at one device's share, 64 slots, no shrink
+  (`benchmarks/gpu_check_pool.py`);
+- step: two GRAFT steps of two random-weight models beside the plan of the path the
+  engine takes here, no checkpoint written (`benchmarks/gpu_check_step.py`).
+
+By name only: attention, update, scoring, sampler, parity (below: one layer's attention
+per implementation, the update programs, `score_rows`, the JAX sampler, a 2-layer slice's
+log-probs and gradient), nccl_local (`benchmarks/gpu_check_nccl.py`) and sampler_window.
 Timings are the median of ``--reps`` calls after one warm-up call.
 """
 
@@ -36,12 +37,22 @@ import _path  # noqa: F401  (the repository root on sys.path)
 
 import dataclasses
 import json
+import os
+import pathlib
+import signal
 import statistics
+import subprocess
 import sys
 import time
 import traceback
 
-import jax
+# A section's process: JAX's share of the device is read when JAX starts, so it is set
+# before (the driver sets it for each section; a section run by hand gets the default).
+MEM_FRACTION, PREALLOCATE = "0.9", "true"
+os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", MEM_FRACTION)
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", PREALLOCATE)
+
+import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
@@ -53,6 +64,7 @@ from graft_jax.models.decoder import init_model
 from graft_jax.plan import costs
 from graft_jax.plan import memory as plan_memory
 
+from benchmarks import gpu_check_kernels
 from benchmarks import gpu_check_nccl
 from benchmarks import gpu_check_pool
 from benchmarks import gpu_check_step
@@ -63,9 +75,21 @@ _MICRO = flags.DEFINE_integer("micro_batches", 4, "one-row micro-batches per opt
 _REPS = flags.DEFINE_integer("reps", 3, "timed calls after the warm-up")
 _PEAK = flags.DEFINE_float("peak_tflops", 989.0, "dense bf16 peak of the device (H200: 989)")
 _HBM = flags.DEFINE_float("hbm_tbps", 4.8, "HBM bandwidth, TB/s (H200: 4.8)")
-_SECTIONS = flags.DEFINE_list("sections", ["attention", "update", "scoring", "sampler", "parity"],
-                              "which parts to run (also: nccl_local, step, sampler_window)")
-_JSON = flags.DEFINE_string("json", "", "write every figure here as JSON")
+DEFAULT_SECTIONS = ("env_decode", "packed", "pool", "step")
+# Seconds per section, compilation included; the default sequence sums to 8 minutes.
+TIMEOUTS = {"env_decode": 60, "packed": 120, "pool": 90, "step": 210}
+OTHER_TIMEOUT = 120
+# --dry: the same sections compiled and run on a CPU (shared, Pallas interpreted).
+DRY_TIMEOUT_SCALE = 6
+_SECTIONS = flags.DEFINE_list("sections", list(DEFAULT_SECTIONS),
+                              "which sections to run, in order (also: attention, update, "
+                              "scoring, sampler, parity, nccl_local, sampler_window)")
+_SECTION = flags.DEFINE_string("section", "", "run this one section here (the driver's child)")
+_OUT = flags.DEFINE_string("out", "", "folder of the sections' JSON (default: $OUT, else "
+                           "./gpu_check_out)")
+_TIMEOUTS = flags.DEFINE_list("timeouts", [], "NAME=SECONDS overrides of TIMEOUTS")
+_MEM_FRACTION = flags.DEFINE_string("mem_fraction", MEM_FRACTION,
+                                    "XLA_PYTHON_CLIENT_MEM_FRACTION of each section")
 
 # The --dry model: Qwen3's features (GQA, q/k norm) at toy sizes.
 DRY_MODEL = ModelConfig(model_type="qwen3", vocab_size=512, hidden_size=64, intermediate_size=128,
@@ -295,9 +319,6 @@ def sampler_section(out: dict) -> None:
     out["sampler"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
     print(f"sampler: failed: {out['sampler']['error']}")
     traceback.print_exc(file=sys.stderr)
-  # The slot pool on the same prompts, and the live-span decode kernel.
-  gpu_check_pool.pool_section(out, model, prompts, n, slots=8 if _DRY.value else 256,
-                              hbm_tbps=_HBM.value, dry=_DRY.value)
 
 
 def parity_section(out: dict) -> None:
@@ -335,35 +356,126 @@ def parity_section(out: dict) -> None:
       print(f"parity {impl}: failed: {out[f'parity/{impl}']['error']}")
 
 
+class Report(dict):
+  """A section's figures, rewritten to its JSON file at every figure: a section cut short
+  keeps what it measured."""
+
+  def __init__(self, path: pathlib.Path, **items):
+    super().__init__(**items)
+    self.path = path
+    self.save()
+
+  def __setitem__(self, key, value):
+    super().__setitem__(key, value)
+    self.save()
+
+  def save(self) -> None:
+    tmp = self.path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(self, indent=1, default=str))
+    tmp.replace(self.path)
+
+
+def out_dir() -> pathlib.Path:
+  path = pathlib.Path(_OUT.value or os.environ.get("OUT") or "gpu_check_out")
+  path.mkdir(parents=True, exist_ok=True)
+  return path
+
+
+def device_bytes() -> int | None:
+  """JAX's pool on the device (``bytes_limit``: the share of ``--mem_fraction``), asked once
+  per section after the environment is set; None where not reported (a CPU)."""
+  return (jax.devices()[0].memory_stats() or {}).get("bytes_limit")
+
+
+def section_main(name: str) -> int:
+  """One section in this process: its figures to ``DIR/NAME.json``; 1 if one failed."""
+  device = jax.devices()[0]
+  out = Report(out_dir() / f"{name}.json", section=name, device=device.device_kind,
+               backend=jax.default_backend(), jax=jax.__version__, dry=_DRY.value,
+               bytes_limit=device_bytes(),
+               mem_fraction=os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION"))
+  print(f"[{name}] {device.device_kind} ({jax.default_backend()}), JAX {jax.__version__}, "
+        f"pool {gib(out['bytes_limit'])}{', dry run' if _DRY.value else ''}", flush=True)
+  try:
+    SECTIONS[name](out)
+  except Exception as e:  # pylint: disable=broad-except
+    out[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+    print(f"[{name}] failed: {out[name]['error']}", flush=True)
+    traceback.print_exc(file=sys.stderr)
+  out.save()  # figures changed in place
+  failed = [k for k, v in out.items() if isinstance(v, dict) and "error" in v]
+  return 1 if failed else 0
+
+
+def timeouts() -> dict:
+  """Seconds per section: `TIMEOUTS` (x `DRY_TIMEOUT_SCALE` with --dry), then --timeouts."""
+  got = {k: v * (DRY_TIMEOUT_SCALE if _DRY.value else 1) for k, v in TIMEOUTS.items()}
+  for item in _TIMEOUTS.value:
+    name, _, seconds = item.partition("=")
+    got[name] = float(seconds)
+  return got
+
+
+def run_section(name: str, folder: pathlib.Path, limit: float) -> dict:
+  """``name`` in a process of its own, killed (its whole process group) past ``limit``
+  seconds; its line of ``gpu_check.jsonl``."""
+  env = dict(os.environ, XLA_PYTHON_CLIENT_MEM_FRACTION=_MEM_FRACTION.value,
+             XLA_PYTHON_CLIENT_PREALLOCATE=PREALLOCATE, PYTHONUNBUFFERED="1")
+  args = [a for a in sys.argv[1:] if not a.startswith(("--sections", "--out", "--section="))]
+  cmd = [sys.executable, __file__, f"--section={name}", f"--out={folder}", *args]
+  t0 = time.perf_counter()
+  proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+  try:
+    rc = proc.wait(timeout=limit)
+    status = {0: "ok", 1: "failed"}.get(rc, f"died (exit {rc})")
+  except subprocess.TimeoutExpired:
+    os.killpg(proc.pid, signal.SIGKILL)
+    rc, status = proc.wait(), f"timed out after {limit:.0f} s"
+  return {"section": name, "status": status, "rc": rc, "wall_s": time.perf_counter() - t0,
+          "timeout_s": limit, "json": str(folder / f"{name}.json")}
+
+
+def driver_main() -> int:
+  """Every section of ``--sections`` in order, each in its own process (`run_section`)."""
+  folder, limits = out_dir(), timeouts()
+  print(f"gpu_check: sections {', '.join(_SECTIONS.value)} into {folder}", flush=True)
+  worst = 0
+  for name in _SECTIONS.value:
+    default = OTHER_TIMEOUT * (DRY_TIMEOUT_SCALE if _DRY.value else 1)
+    line = run_section(name, folder, limits.get(name, default))
+    with open(folder / "gpu_check.jsonl", "a") as f:
+      f.write(json.dumps(line) + "\n")
+    print(f"gpu_check: {name} {line['status']} ({line['wall_s']:.0f} s of {line['timeout_s']:.0f})",
+          flush=True)
+    worst = max(worst, 0 if line["status"] == "ok" else 1)
+  return worst
+
+
 SECTIONS = {"attention": attention_section, "update": update_section,
             "scoring": scoring_section, "sampler": sampler_section, "parity": parity_section}
 SECTIONS["nccl_local"] = lambda out: gpu_check_nccl.nccl_local_section(
     out, dry=_DRY.value, dry_model=DRY_MODEL)
+SECTIONS["env_decode"] = lambda out: gpu_check_kernels.env_decode_section(
+    out, dry=_DRY.value, reps=_REPS.value)
+SECTIONS["packed"] = lambda out: gpu_check_kernels.packed_section(
+    out, dry=_DRY.value, reps=_REPS.value, peak_tflops=_PEAK.value, dry_model=DRY_MODEL)
+SECTIONS["pool"] = lambda out: gpu_check_pool.pool_section(
+    out, dry=_DRY.value, hbm_tbps=_HBM.value, device_bytes=out["bytes_limit"],
+    dry_model=DRY_MODEL)
 SECTIONS["step"] = lambda out: gpu_check_step.step_section(  # benchmarks/gpu_check_step.py
-    out, dry=_DRY.value, peak_tflops=_PEAK.value, hbm_tbps=_HBM.value)
-SECTIONS["sampler_window"] = lambda out: gpu_check_step.sampler_window_section(out, dry=_DRY.value)
+    out, dry=_DRY.value, peak_tflops=_PEAK.value, hbm_tbps=_HBM.value,
+    mem_fraction=float(os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"]))
+SECTIONS["sampler_window"] = lambda out: gpu_check_step.sampler_window_section(
+    out, dry=_DRY.value, device_bytes=out["bytes_limit"])
 
 
 def main(_):
-  unknown = [s for s in _SECTIONS.value if s not in SECTIONS]
+  names = [_SECTION.value] if _SECTION.value else _SECTIONS.value
+  unknown = [s for s in names if s not in SECTIONS]
   if unknown:
     print(f"gpu_check: unknown section(s) {unknown}; choose from {sorted(SECTIONS)}")
     return 2
-  device = jax.devices()[0]
-  out = {"device": device.device_kind, "backend": jax.default_backend(),
-         "jax": jax.__version__, "dry": _DRY.value}
-  print(f"gpu_check: {device.device_kind} ({jax.default_backend()}), JAX {jax.__version__}"
-        f"{', dry run' if _DRY.value else ''}")
-  for name in _SECTIONS.value:
-    t0 = time.perf_counter()
-    SECTIONS[name](out)
-    out[f"wall/{name}"] = time.perf_counter() - t0
-    print(f"  ({name}: {out[f'wall/{name}']:.0f} s including compilation)")
-    if _JSON.value:  # after every section: a run cut short keeps what it measured
-      with open(_JSON.value, "w") as f:
-        json.dump(out, f, indent=1)
-  failed = [k for k, v in out.items() if isinstance(v, dict) and "error" in v]
-  return 1 if failed else 0
+  return section_main(_SECTION.value) if _SECTION.value else driver_main()
 
 
 if __name__ == "__main__":

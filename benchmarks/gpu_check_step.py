@@ -1,22 +1,29 @@
 """gpu_check's `step` and `sampler_window` sections: a whole GRAFT step on one device
-against the plan's prediction for exactly that config, and the JAX sampler's decode
-at two cache windows.
+against the plan's prediction for exactly that config and the path its engine takes
+there, and the JAX sampler's decode at two cache windows.
 
-step: the library's own run (`setup.build_trainer`, `Trainer.run`, as launch/train.py
-calls them), GRAFT, 3 steps, two random-weight models written as HF folders with the
-toy tokenizers: on a GPU Qwen3-1.7B's blocks and SmolLM3-3B's width with
+step: the library's own run (`setup.build_trainer`, then `Trainer.run_step` per step),
+GRAFT, 2 steps, two random-weight models written as HF folders with the toy
+tokenizers: on a GPU Qwen3-1.7B's blocks and SmolLM3-3B's width with
 ``--step_smollm3_layers`` of its 36 layers (both fit one 80 GB GPU); with --dry tiny
-models. The reward is 0/1 from a hash of the response text (`hash_reward`), so groups
-are mixed or all-fail and rows are exchanged. A random model stops at its EOS token about once per vocabulary
-size of tokens, so lengths spread over every bucket below the cap. Per phase (the
-trainer's ``time/...``), the mean of steps 2-3 beside the plan
-(`graft_jax.plan.phases`, fed the run's measured mean prompt and response lengths
-and share of rows with a signal); step 1's compilations; the device's peak memory;
-the checkpoint saves' seconds.
+models. The samplers are slot pools of one device's share (``rollout.sampler='pool'``,
+64 slots), so the plan models the decode attention they really run (the live-span
+kernel on a GPU, `graft_jax.plan.sampling_plan.pool_generate`). No checkpoint is
+written (``Trainer.run`` would save the last step: 3 x the fp32 state of both models
+on the machine's disk); each step's metrics row goes to ``DIR/step/metrics.jsonl`` as
+it is done, where the driver and a reader find it if the section is cut short. The
+reward is 0/1 from a hash of the response text (`hash_reward`), so groups are mixed
+or all-fail and rows are exchanged. A random model stops at its EOS token about once
+per vocabulary size of tokens, so lengths spread over every bucket below the cap.
+Per phase (the trainer's ``time/...``), step 2 beside the plan (`graft_jax.plan.phases`,
+fed the run's measured mean prompt and response lengths and share of rows with a
+signal); step 1's compilations; the device's peak memory.
 
 sampler_window: the same rows and live lengths decoded from caches of 1,024 and
-4,608 slots (a prompt bucket of 512 or 16 + the new tokens'): whether a decode step's
-time follows the window, as the plan's JAX-sampler term says, or the live tokens.
+4,608 slots (a prompt bucket of 512 + the new tokens'), XLA's decode attention:
+whether a decode step's time follows the window, as the plan's JAX-sampler term says,
+or the live tokens. The rows are as many as the larger window's KV holds in half the
+device's pool.
 """
 
 from __future__ import annotations
@@ -44,7 +51,8 @@ _STEP_LAYERS = flags.DEFINE_integer("step_smollm3_layers", 8, "step: SmolLM3-3B'
 _STEP_VOCAB = flags.DEFINE_integer("step_vocab", 1024, "step: each toy tokenizer's vocabulary")
 
 DRY = dict(prompts=4, n=4, cap=32, vocab=300)
-STEPS = 3
+STEPS = 2
+POOL_SLOTS = 64  # one device's share
 
 
 def median_seconds(fn, reps: int = 3) -> float:
@@ -112,8 +120,9 @@ def write_models(root: pathlib.Path, dry: bool, problems) -> dict:
   return out
 
 
-def step_config(workdir: pathlib.Path, folders: dict, dry: bool):
-  """The pair config's training settings at the check's sizes, GRAFT, no validation."""
+def step_config(workdir: pathlib.Path, folders: dict, dry: bool, mem_fraction: float):
+  """The pair config's training settings at the check's sizes, GRAFT, the slot pool, no
+  validation, no checkpoint, JAX's share of the device as this process was started with."""
   from configs import base  # pylint: disable=import-outside-toplevel
   from graft_jax.config import run_config as config_lib  # pylint: disable=import-outside-toplevel
   s = _sizes(dry)
@@ -130,7 +139,9 @@ def step_config(workdir: pathlib.Path, folders: dict, dry: bool):
     # Dry: prompt + response within 128 tokens, the scorer's one length bucket.
     cd.max_prompt_len = 96 if dry else 128
     cd.total_steps, cd.eval.every_steps = STEPS, 0
-    cd.checkpoint.update(dict(every_steps=1, export_hf=False))
+    cd.rollout.update(dict(sampler="pool", pool_slots=8 if dry else POOL_SLOTS))
+    cd.checkpoint.update(dict(every_steps=0, resume=False, export_hf=False))
+    cd.xla_mem_fraction = mem_fraction  # the trainer keeps the share JAX started with
     cd.logging.update(dict(tensorboard=False, progress_bar=False, peer_log=False))
     if dry:
       cd.perf.update(dict(micro_batch_tokens=256, remat="none", attention_impl="dense"))
@@ -150,49 +161,58 @@ def measured_phases(rows, names) -> dict:
   return out
 
 
-def step_section(out: dict, *, dry: bool, peak_tflops: float, hbm_tbps: float) -> None:
-  """A 3-step GRAFT run and the plan's prediction of it (module docstring); one line and
+def step_section(out: dict, *, dry: bool, peak_tflops: float, hbm_tbps: float,
+                 mem_fraction: float) -> None:
+  """A 2-step GRAFT run and the plan's prediction of it (module docstring); one line and
   ``out['step'] = {'error': ...}`` if it fails."""
   try:
-    out["step"] = run_and_predict(dry, peak_tflops, hbm_tbps)
+    out["step"] = run_and_predict(out, dry, peak_tflops, hbm_tbps, mem_fraction)
     print_table(out["step"])
   except Exception as e:  # pylint: disable=broad-except
     out["step"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
-    print(f"step: failed: {out['step']['error']}")
+    print(f"step: failed: {out['step']['error']}", flush=True)
     traceback.print_exc(file=sys.stderr)
 
 
-def run_and_predict(dry: bool, peak_tflops: float, hbm_tbps: float) -> dict:
+def run_and_predict(out: dict, dry: bool, peak_tflops: float, hbm_tbps: float,
+                    mem_fraction: float) -> dict:
   from graft_jax import data  # pylint: disable=import-outside-toplevel
-  from graft_jax.outputs.metrics_writer import read_jsonl  # pylint: disable=import-outside-toplevel
+  from graft_jax.outputs import metrics_writer  # pylint: disable=import-outside-toplevel
   from graft_jax.train import setup  # pylint: disable=import-outside-toplevel
 
-  s = _sizes(dry)
+  rows = []
   with tempfile.TemporaryDirectory() as tmp:
     root = pathlib.Path(tmp)
     # The tokenizers' training text: both families the run draws from.
     problems = [p for family in ("cadd", "cmul")
                 for p in data.make_synthetic(family, 512, seed=0, difficulty=2)]
     folders = write_models(root / "models", dry, problems)
-    cfg = step_config(root / "run", folders, dry)
+    cfg = step_config(root / "run", folders, dry, mem_fraction)
     trainer = setup.build_trainer(cfg, reward_fn=hash_reward)
     try:
       prompt_lengths = [len(p.prompt_ids(q.problem)) for p in trainer.policies.values()
                         for q in trainer.stream.problems]
-      trainer.run(STEPS)
+      with metrics_writer.MetricsWriter(pathlib.Path(out.path).parent / "step",
+                                        tensorboard=False, progress_bar=False) as writer:
+        for step in range(STEPS):
+          rows.append(writer.write(step, trainer.run_step()))
+          out[f"step/row{step}"] = {k: v for k, v in rows[-1].items() if k.startswith("time/")}
+          print(f"step {step + 1}: {rows[-1]['time/step_s']:.1f} s", flush=True)
+      live = all(p.engine.decode_attention == "live" for p in trainer.policies.values())
     finally:
       trainer.close()
-    rows = read_jsonl(root / "run" / "metrics.jsonl")
   names = list(trainer.policies)
   peak = (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use")
   return {"measured": measured_phases(rows[1:], names),
-          "predicted": predict(cfg, folders, rows, names, prompt_lengths, peak_tflops, hbm_tbps),
-          "compiles_step1": rows[0]["time/compiles"], "compile_s_step1": rows[0]["time/compile_s"],
-          "peak_bytes": peak, "checkpoint_s": [r["time/checkpoint_s"] for r in rows[1:]]}
+          "predicted": predict(cfg, folders, rows, names, prompt_lengths, peak_tflops, hbm_tbps,
+                               live),
+          "live_decode": live, "compiles_step1": rows[0]["time/compiles"],
+          "compile_s_step1": rows[0]["time/compile_s"], "peak_bytes": peak}
 
 
-def predict(cfg, folders, rows, names, prompt_lengths, peak_tflops, hbm_tbps) -> dict:
-  """The plan's per-phase seconds for this run, from its measured lengths and signal."""
+def predict(cfg, folders, rows, names, prompt_lengths, peak_tflops, hbm_tbps, live) -> dict:
+  """The plan's per-phase seconds for this run, from its measured lengths and signal, with
+  the pool's decode attention as the run chose it (``live``)."""
   from graft_jax.plan import phases, step_time  # pylint: disable=import-outside-toplevel
   from graft_jax.plan.lengths import ResponseLengths  # pylint: disable=import-outside-toplevel
   mean = statistics.mean(r[f"{m}/response_len"] for r in rows for m in names)
@@ -210,10 +230,9 @@ def predict(cfg, folders, rows, names, prompt_lengths, peak_tflops, hbm_tbps) ->
   rates = dataclasses.replace(step_time.MEASURED_H200, peak_flops=peak_tflops * 1e12,
                               hbm_bytes_per_s=hbm_tbps * 1e12)
   models = {name: folders[key][1] for name, key in zip(names, "ab")}
-  plan = phases.plan_engine(cfg, models, "jax", 1, rates, a, STEPS)
+  plan = phases.plan_engine(cfg, models, "jax", 1, rates, a, STEPS, live_decode=live)
   got = {p: plan.phase_seconds(p) for p in phases.STEP_PHASES}
   got["step"] = plan.step_seconds
-  got["checkpoint_per_save"] = plan.run_terms["checkpoint"].seconds / STEPS  # one per step
   got["compile"] = plan.run_terms["compile"].seconds
   got["response_mean"], got["signal_fraction"] = lengths.expected(), rows_run / total
   return got
@@ -222,7 +241,9 @@ def predict(cfg, folders, rows, names, prompt_lengths, peak_tflops, hbm_tbps) ->
 def print_table(got: dict) -> None:
   measured, predicted = got["measured"], got["predicted"]
   print(f"step: {STEPS} GRAFT steps, responses {predicted['response_mean']:.0f} tokens on "
-        f"average, {predicted['signal_fraction']:.0%} of rows with a signal; steps 2-3:")
+        f"average, {predicted['signal_fraction']:.0%} of rows with a signal, the pool's decode "
+        f"attention {'live-span' if got['live_decode'] else 'XLA whole-window'} in both; "
+        f"step 2:")
   print(f"  {'phase':<12}{'measured s':>12}{'plan s':>12}{'ratio':>10}")
   for phase, value in measured.items():
     want = predicted[phase]
@@ -230,25 +251,22 @@ def print_table(got: dict) -> None:
           f"{value / want if want else float('inf'):>10.3g}")
   print(f"  step 1: {got['compiles_step1']} compilations, {got['compile_s_step1']:.1f} s "
         f"(plan: {predicted['compile']:.0f} s)")
-  print(f"  checkpoint saves after steps 1-2 held the run "
-        f"{', '.join(f'{x:.2f}' for x in got['checkpoint_s'])} s (plan: "
-        f"{predicted['checkpoint_per_save']:.2f} s per save)")
   peak = got["peak_bytes"]
   print(f"  device peak memory: {'n/a' if peak is None else f'{peak / 2**30:.2f} GiB'}")
 
 
-def sampler_window_section(out: dict, *, dry: bool) -> None:
+def sampler_window_section(out: dict, *, dry: bool, device_bytes=None) -> None:
   """Seconds per decode step of the same rows and live lengths at two cache windows; one
   line and ``out['sampler_window'] = {'error': ...}`` if it fails."""
   try:
-    decode_at_two_windows(out, dry=dry)
+    decode_at_two_windows(out, dry=dry, device_bytes=device_bytes)
   except Exception as e:  # pylint: disable=broad-except
     out["sampler_window"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
     print(f"sampler_window: failed: {out['sampler_window']['error']}")
     traceback.print_exc(file=sys.stderr)
 
 
-def decode_at_two_windows(out: dict, *, dry: bool) -> None:
+def decode_at_two_windows(out: dict, *, dry: bool, device_bytes=None) -> None:
   from graft_jax.models.config import ModelConfig  # pylint: disable=import-outside-toplevel
   from graft_jax.models.decoder import init_model  # pylint: disable=import-outside-toplevel
   from graft_jax.rollout.sampler import generate_padded  # pylint: disable=import-outside-toplevel
@@ -261,6 +279,10 @@ def decode_at_two_windows(out: dict, *, dry: bool) -> None:
   else:
     cfg = ModelConfig.qwen3_1p7b()
     prompts, n, prompt_len, new, windows = 16, 8, 16, 512, (1024, 4608)  # 512 + 512, 512 + 4,096
+    if device_bytes:  # the larger window's KV in half the device's pool
+      from graft_jax.plan import costs  # pylint: disable=import-outside-toplevel
+      per_prompt = n * windows[1] * costs.kv_bytes_per_position(cfg, 2)
+      prompts = int(max(1, min(prompts, device_bytes // 2 // per_prompt)))
   model = init_model(cfg, rngs=nnx.Rngs(0), param_dtype=jnp.bfloat16, dtype=jnp.bfloat16)
   model.set_memory_options(scan_layers=False, attention="auto")
   graphdef, state = nnx.split(model)

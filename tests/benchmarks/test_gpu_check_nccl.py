@@ -11,13 +11,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_nccl_local_dry_reports_nccl_absent_and_stages_the_push(tmp_path):
-  path = tmp_path / "out.json"
   proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--dry",
-                         "--sections=nccl_local", f"--json={path}"], cwd=ROOT,
+                         "--sections=nccl_local", f"--out={tmp_path}"], cwd=ROOT,
                         env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True,
                         text=True, timeout=600)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-  out = json.loads(path.read_text())
+  out = json.loads((tmp_path / "nccl_local.json").read_text())
   assert out["nccl_local/nccl"] == {"skipped": "JAX backend is cpu, NCCL needs a CUDA GPU"}
   assert "NCCL absent (JAX backend is cpu" in proc.stdout
   # gpu_check.DRY_MODEL's parameters by hand, each once (the tied embedding too), at 2
