@@ -9,11 +9,19 @@ A step whose update has not yet replaced any parameters is abandoned at once
 instead (``abandonable``): redoing it after the restart costs no more than
 finishing it now, and the signal's warning time may be shorter than a step.
 
-A second signal ends the process at once (exit 128 + the signal's number), as
-the default action would: a thread reads Python's signal wakeup fd, so this
-works even while the main thread sits in a long XLA call, where Python-level
-handlers wait. Orbax commits a checkpoint atomically, so the last committed
-one stays usable.
+One stop is often delivered more than once: ``scancel``, a systemd unit's stop
+and a container's stop signal every process, so a process a driver started gets
+the signal directly and again when its driver passes it on. Signals within
+``DUPLICATE_WINDOW_S`` of the first are that same stop. A deliberate second
+signal after the window ends the process at once (exit 128 + the signal's
+number), as the default action would: a thread reads Python's signal wakeup
+fd, so this works even while the main thread sits in a long XLA call, where
+Python-level handlers wait. Orbax commits a checkpoint atomically, so the last
+committed one stays usable.
+
+``stopped_since`` tells code off the step's path (a vLLM engine's sampling threads,
+its restarts) that the run is stopping, so that nothing is started after the signal,
+also after ``Stopped`` was raised, while the run's resources close.
 
 In a multi-process run every process calls ``agreed`` once per step, at the
 same point: the processes exchange their flags there, so all stop after the
@@ -28,6 +36,7 @@ import logging
 import os
 import signal
 import threading
+import time
 
 import numpy as np
 
@@ -36,6 +45,39 @@ from graft_jax import distributed
 log = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+# Copies of one stop arrive together (the direct signal and the driver's, microseconds
+# to a driver's poll apart); a person or a scheduler escalating waits longer.
+DUPLICATE_WINDOW_S = 2.0
+# First stop signals this process got, in all, and when the latest run began.
+_stops = {"count": 0, "at_run_start": 0}
+
+
+def mark() -> int:
+  """Now, as a point in this process's stops, for ``stopped_since``."""
+  return _stops["count"]
+
+
+def stopped_since(point: int = 0) -> bool:
+  """Whether a stop signal came after ``point`` (a ``mark``) and since the latest run began
+  (entered its ``StopSignals``). An engine made after a stopped run, or used again by
+  a new run, is not stopping."""
+  return _stops["count"] > max(point, _stops["at_run_start"])
+
+
+class DuplicateWindow:
+  """Tells a deliberate second stop signal from a copy of the first (module docstring)."""
+
+  def __init__(self, window_s: float | None = None):
+    self.window_s = DUPLICATE_WINDOW_S if window_s is None else window_s
+    self.first = None  # time.monotonic() of the first signal
+
+  def repeated(self, now: float | None = None) -> bool:
+    """Whether a signal arriving ``now`` is a second stop, not the first or its copy."""
+    now = time.monotonic() if now is None else now
+    if self.first is None:
+      self.first = now
+      return False
+    return now - self.first > self.window_s
 
 
 class Stopped(Exception):
@@ -81,6 +123,7 @@ class StopSignals:
     self._depth += 1
     if self._depth > 1 or threading.current_thread() is not threading.main_thread():
       return self
+    _stops["at_run_start"] = _stops["count"]
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     self._pipe = (read_fd, write_fd)
@@ -111,27 +154,29 @@ class StopSignals:
     """The first stop signal (in the main thread, between two bytecodes)."""
     del frame
     if self.signum:
-      return  # the counter thread ends the process on a second one
+      return  # a copy of the first, or a second that the counter thread acts on
     self.signum = signum
+    _stops["count"] += 1
     name = signal.Signals(signum).name
     if self._abandon is not None and self._abandon():
       self._abandon = None
       log.warning("%s: abandoning the step in flight (no parameter has changed yet), saving "
-                  "and stopping; a second signal ends the run at once", name)
+                  "and stopping; a second signal more than %g s later ends the run at once",
+                  name, DUPLICATE_WINDOW_S)
       raise StepAbandoned()
     log.warning("%s: the run stops after the step in flight and saves it; a second signal "
-                "ends the run at once", name)
+                "more than %g s later ends the run at once", name, DUPLICATE_WINDOW_S)
 
   def _count(self, read_fd: int) -> None:
-    """Counts stop signals as the OS delivers them; the second ends the process now."""
-    seen = 0
+    """Watches stop signals as the OS delivers them; a second stop (``DuplicateWindow``)
+    ends the process now."""
+    window = DuplicateWindow()
     while True:
       for signum in os.read(read_fd, 64):
         if signum == 0:
           return
         if signum in self.signals:
-          seen += 1
-          if seen >= 2:
+          if window.repeated():
             os.write(2, f"second {signal.Signals(signum).name}: ending at once; the last "
                         f"committed checkpoint resumes\n".encode())
             os._exit(128 + signum)

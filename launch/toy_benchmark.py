@@ -63,6 +63,10 @@ def main():
   logging.basicConfig(level=logging.INFO, format="%(message)s")
   for noisy in ("jax", "absl", "orbax"):
     logging.getLogger(noisy).setLevel(logging.WARNING)
+  unknown = [k for k in args.only or () if k not in toy_benchmark.METHODS]
+  if unknown:  # before anything is built: a typo would otherwise run the initial cell alone
+    raise cli.UsageError(f"--only: no method {', '.join(map(repr, unknown))}; the methods: "
+                         f"{', '.join(map(repr, toy_benchmark.METHODS))}")
   regime = toy.REGIMES[args.regime]
   suffix = "" if args.regime == "default" else f"_{args.regime}"
   args.out = args.out or f"runs/toy_benchmark{suffix}"

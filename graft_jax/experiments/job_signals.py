@@ -10,6 +10,11 @@ of the job; each saves the step in flight and stops; the driver waits for them
 console (``graft_jax.cli.guard``) prints as one line with exit code 75. A second
 signal ends every process at once, as it ends a lone trainer.
 
+A scheduler's stop (``scancel``, a systemd or container stop) signals every
+process, so each worker gets it directly and again from its driver: within
+``preemption.DUPLICATE_WINDOW_S`` of the first, a signal is that same stop, in
+the driver and in the workers; only a later one is a second signal.
+
 A worker stops with its driver: Linux sends it a signal when the driver dies
 (``prctl(PR_SET_PDEATHSIG)``), which it turns into one SIGTERM, and a watchdog
 thread ends it once it is idle with no parent left (elsewhere it also sends
@@ -210,14 +215,15 @@ def run_tasks(tasks: dict, jobs: int, initializer=None, initargs=()) -> dict:
 
 class Driver:
   """While entered (a driver's main thread), the first stop signal is remembered and handed
-  to ``pass_on(signum)``; a second is handed on and ends the driver at once (128 + its
-  number)."""
+  to ``pass_on(signum)``; a second (a copy of the first within the duplicate window does
+  not count) is handed on and ends the driver at once (128 + its number)."""
 
   def __init__(self, pass_on):
     self.pass_on = pass_on
     self.signum = 0
     self.stopped_at = None  # time.monotonic() at the first signal
     self._previous = {}
+    self._window = preemption.DuplicateWindow()
 
   def __enter__(self) -> Driver:
     if threading.current_thread() is threading.main_thread():
@@ -233,8 +239,11 @@ class Driver:
   def _handle(self, signum, frame) -> None:
     del frame
     name = signal.Signals(signum).name
+    second = self._window.repeated()
+    if self.signum and not second:
+      return  # the first stop again, as a scheduler's stop of every process delivers it
     self.pass_on(signum)
-    if self.signum:
+    if second:
       os.write(2, f"second {name}: ending the job at once; the last committed checkpoints "
                   f"resume\n".encode())
       os._exit(128 + signum)

@@ -65,17 +65,40 @@ def draw(points):
   return random.Random(0 if on_ci else None).choice(points)
 
 
-def stopped_at(argv, cwd, reached, err_path) -> tuple[int, str, dict]:
+def signal_every_process(root: int, seen: dict, signum=signal.SIGTERM) -> list[int]:
+  """``signum`` to ``root`` and every process below it, as ``scancel``, a systemd unit's stop
+  or a container's stop sends it (each then also gets it from its driver); returns them."""
+  add_descendants(root, seen)
+  pids = [root] + running(seen)
+  for pid in pids:
+    try:
+      os.kill(pid, signum)
+    except ProcessLookupError:
+      pass
+  return pids
+
+
+def stopped_at(argv, cwd, reached, err_path, *, everyone: bool = False,
+               timing: dict | None = None) -> tuple[int, str, dict]:
   """Runs ``argv`` and sends it SIGTERM once ``reached(seen)`` holds, ``seen`` being
-  ``{pid: start time}`` of the job's processes so far; returns (exit code, stderr, seen)."""
+  ``{pid: start time}`` of the job's processes so far; returns (exit code, stderr, seen).
+  ``everyone``: to every process of the job at once (``signal_every_process``).
+  ``timing`` gets ``"stop_s"``: the seconds from the signal to the exit."""
   with open(err_path, "w") as err:
     proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
   seen: dict = {}
   try:
     wait_for(lambda: reached(seen), "the stop point", proc, seen=seen, root=proc.pid)
-    os.kill(proc.pid, signal.SIGTERM)
+    t0 = time.monotonic()
+    if everyone:
+      signal_every_process(proc.pid, seen)
+    else:
+      os.kill(proc.pid, signal.SIGTERM)
     code = proc.wait(timeout=900)
+    stop_s = time.monotonic() - t0
   finally:
     if proc.poll() is None:
       proc.kill()
+  if timing is not None:
+    timing["stop_s"] = stop_s
   return code, pathlib.Path(err_path).read_text(), seen

@@ -37,20 +37,26 @@ def _end(proc, seen: dict) -> tuple[int, str]:
   return proc.returncode, err
 
 
-def test_a_signal_reaches_every_worker_which_saves_and_the_job_exits_75(tmp_path):
+@pytest.mark.parametrize("everyone", [False, True], ids=["to the driver", "to every process"])
+def test_a_signal_reaches_every_worker_which_saves_and_the_job_exits_75(tmp_path, everyone):
+  """Sent to the driver, or to every process (``scancel``, a systemd or a container stop):
+  each worker then gets it directly and again from its driver, one stop, and still saves."""
   proc, seen = _start(tmp_path / "job"), {}
   job = tmp_path / "job"
   job_processes.wait_for(lambda: (job / "a.step").exists() and (job / "b.step").exists(),
                          "both workers to count", proc, seen=seen, root=proc.pid)
   assert len(seen) >= 2
-  os.kill(proc.pid, signal.SIGTERM)
+  if everyone:
+    assert len(job_processes.signal_every_process(proc.pid, seen)) >= 3
+  else:
+    os.kill(proc.pid, signal.SIGTERM)
   code, err = _end(proc, seen)
   assert code == cli.STOPPED_EXIT, err[-3000:]
   saved = {x: int((job / f"{x}.saved").read_text()) for x in ("a", "b")}
   assert err.splitlines()[-1] == (
       f"stopped by SIGTERM: a saved after step {saved['a']}, b saved after step {saved['b']}, "
       "c not started; 0 finished; the same command resumes and reuses the finished ones")
-  assert "Traceback" not in err
+  assert "Traceback" not in err and "second SIGTERM" not in err
   assert not (job / "c.pid").exists()
 
 
@@ -93,3 +99,4 @@ def test_a_worker_saves_when_the_parent_death_signal_comes_twice(tmp_path):
   job_processes.wait_for(lambda: not job_processes.running(seen), "the worker to end",
                          timeout_s=60)
   assert (job / "w.saved").exists()
+
