@@ -13,8 +13,8 @@ the run without it (`check`):
 - cuDNN's or splash attention where ``perf.attention_impl`` resolves to one (off:
   ``perf.attention_impl='blocked'``), on padded rows (the samplers' prefill; forward and
   backward when the update pads, ``perf.packed_update=False``) and on packed rows (the
-  scorer's forward; the backward when the update packs, off: ``perf.packed_update=False``),
-  against `dense_attention`.
+  scorer's forward; the backward when the update packs, off: ``perf.packed_update=False``)
+  in each kernel they can run in (`packed_kernels`), against `dense_attention`.
 
 On a CPU nothing custom runs, so nothing is checked unless ``force``: then the kernels
 run in Pallas's interpret mode (tests), cuDNN's, which has none, excepted.
@@ -35,6 +35,7 @@ import numpy as np
 from graft_jax import backends
 from graft_jax.config.checks import ConfigError, policy_configs
 from graft_jax.models.attention import attention, dense_attention, resolve_impl
+from graft_jax.models.packed_attention import MAX_SEGMENTS
 
 # bf16 inputs: the kernels and the reference round differently, by up to about 1% of the
 # largest value; a kernel off by a scale, a mask or a block is off by tens of percent.
@@ -112,13 +113,16 @@ def live_decode_error(*, head_dim: int, groups: int, dtype, kv_heads: int = 2,
   return _rel_err(got, xla_decode(*operands))
 
 
-def attention_rows(length: int, *, packed: bool):
-  """Two rows' mask: packed, segment ids of three sequences and a padded tail, and one
-  sequence filling the row; else booleans, a left-padded row and a right-padded one."""
+def attention_rows(length: int, *, packed: bool, segments: int = 3):
+  """Two rows' mask: packed, segment ids of ``segments`` sequences and a padded tail, and
+  one sequence filling the row; else booleans, a left-padded row and a right-padded one."""
   slot = np.arange(length)
   if packed:
     seg = np.zeros((2, length), np.int32)
-    cuts = [0, length // 3, length // 3 + length // 4 + 1, length - length // 8]
+    if segments == 3:
+      cuts = [0, length // 3, length // 3 + length // 4 + 1, length - length // 8]
+    else:
+      cuts = np.linspace(0, length - length // 8, segments + 1).astype(int).tolist()
     for s, (a, b) in enumerate(zip(cuts, cuts[1:])):
       seg[0, a:b] = s + 1
     seg[1] = 1
@@ -127,12 +131,13 @@ def attention_rows(length: int, *, packed: bool):
 
 
 def attention_error(impl: str, *, packed: bool, grad: bool, head_dim: int, groups: int,
-                    dtype, kv_heads: int = 2, length: int = 256, attend=None) -> float:
+                    dtype, kv_heads: int = 2, length: int = 256, segments: int = 3,
+                    attend=None) -> float:
   """``attend`` (`attention`'s signature, default `attention`) with ``impl`` on two rows
   (`attention_rows`) against `dense_attention`: the output at every real position and,
   with ``grad``, the gradient of a random projection of it by q, k and v."""
   attend = attend or attention
-  mask_BxT = attention_rows(length, packed=packed)
+  mask_BxT = attention_rows(length, packed=packed, segments=segments)
   real_BxT = np.asarray(mask_BxT > 0 if packed else mask_BxT)
   keys = jax.random.split(jax.random.key(1), 4)
   qkv = (_normal(keys[0], (2, length, kv_heads, groups, head_dim), dtype),
@@ -196,13 +201,26 @@ def planned(cfg, shapes, *, force: bool = False, decode=None, attend=None) -> li
     if impl == "splash" or backends.kernels_native():  # cuDNN has no interpret mode
       cases.append(Case(f"{impl} attention on padded rows ({about})", *off,
                         functools.partial(run, packed=False, grad=not perf.packed_update), tol))
-    cases.append(Case(f"{impl} attention on packed rows, forward ({about})", *off,
-                      functools.partial(run, packed=True, grad=False), tol))
-    if perf.packed_update:
-      cases.append(Case(f"{impl} attention on packed rows, backward ({about})",
-                        "perf.packed_update", "False", functools.partial(run, packed=True,
-                                                                          grad=True), tol))
+    for kernel, rows in packed_kernels(impl, dtype, head_dim):
+      packed = functools.partial(run, packed=True, segments=rows)
+      cases.append(Case(f"{kernel} attention on packed rows, forward ({about})", *off,
+                        functools.partial(packed, grad=False), tol))
+      if perf.packed_update:
+        cases.append(Case(f"{kernel} attention on packed rows, backward ({about})",
+                          "perf.packed_update", "False", functools.partial(packed, grad=True),
+                          tol))
   return cases
+
+
+def packed_kernels(impl: str, dtype, head_dim: int) -> list[tuple[str, int]]:
+  """(kernel, sequences in the case's packed row) of each kernel packed rows run in:
+  splash on a TPU; on a GPU the door's choice (`backends.packed_attention_kernel`), and
+  where that is cuDNN's packed layout also the Pallas kernel a row of more than
+  `MAX_SEGMENTS` sequences falls back to."""
+  if impl == "splash":
+    return [("splash", 3)]
+  kernel = backends.packed_attention_kernel(dtype, head_dim)
+  return [(kernel, 3)] + ([("pallas", MAX_SEGMENTS + 1)] if kernel == "cudnn_packed" else [])
 
 
 def check(cfg, *, shapes=None, force: bool = False, decode=None, attend=None) -> None:

@@ -45,8 +45,9 @@ def test_on_a_cpu_nothing_is_checked_unless_forced():
 
 
 @pytest.mark.parametrize("platform,want", [
-    ("gpu", ["live-span decode", "cudnn attention on packed rows, forward",
-             "cudnn attention on packed rows, backward"]),
+    # No CUDA GPU here to ask for cuDNN's packed layout: the door answers Pallas's kernel.
+    ("gpu", ["live-span decode", "pallas attention on packed rows, forward",
+             "pallas attention on packed rows, backward"]),
     ("tpu", ["live-span decode", "splash attention on padded rows",
              "splash attention on packed rows, forward",
              "splash attention on packed rows, backward"])])
@@ -107,3 +108,17 @@ def test_shapes_come_from_the_model_folders(tmp_path):
                             model_b=dataclasses.replace(cfg.model_b, path=str(tmp_path / "b")))
   assert kernel_check.model_shapes(cfg) == {(128, 2), (128, 4)}
   assert kernel_check.model_shapes(TrainConfig()) == {kernel_check.DEFAULT_SHAPE}
+
+
+def test_a_row_of_more_sequences_than_cudnn_packs_checks_the_pallas_kernel():
+  # Where the door picks cuDNN's packed layout, a row of MAX_SEGMENTS + 1 sequences runs
+  # the Pallas kernel (`attention.packed_gpu_attention`): its case, interpreted here.
+  seg = kernel_check.attention_rows(256, packed=True, segments=kernel_check.MAX_SEGMENTS + 1)
+  assert int(seg[0].max()) == kernel_check.MAX_SEGMENTS + 1 and int(seg[1].max()) == 1
+  with backends.traced_for("gpu"):
+    err = kernel_check.attention_error("cudnn", packed=True, grad=True, head_dim=32, groups=2,
+                                       dtype="bfloat16", segments=kernel_check.MAX_SEGMENTS + 1)
+    wrong = kernel_check.attention_error("cudnn", packed=True, grad=False, head_dim=32,
+                                         groups=2, dtype="bfloat16", attend=scaled_attention,
+                                         segments=kernel_check.MAX_SEGMENTS + 1)
+  assert err < kernel_check.TOLERANCE["bfloat16"] < wrong
