@@ -35,8 +35,8 @@ VERBOSE_ENV = "GRAFT_VERBOSE"
 USAGE_EXIT = 2  # the command line or the config is wrong; nothing ran
 ERROR_EXIT = 1  # the run stopped on bad input or a fault
 STOPPED_EXIT = 75  # stopped by SIGTERM / SIGINT / SIGUSR1 after saving; rerun to resume
-_USAGE_LABELS = ("usage error", "config error", "path error",
-                 "workdir busy error", "preflight error")  # nothing ran
+_USAGE_LABELS = ("usage error", "config error", "path error", "workdir busy error",
+                 "workdir in use error", "preflight error")  # nothing ran
 
 
 class UsageError(ValueError):

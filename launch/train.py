@@ -24,7 +24,7 @@ from graft_jax import cli, distributed
 from graft_jax.config import run_config as config_lib
 from graft_jax import preemption
 from graft_jax.outputs import progress
-from graft_jax.outputs import workdir_lock
+from graft_jax.outputs import workdir_lock, workdir_runs
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "where the run writes everything (default: config)")
 _STEPS = flags.DEFINE_integer("steps", None, "stop after this many steps (default: config)",
@@ -51,6 +51,7 @@ def train(cfg, stop):
   from graft_jax.toy import pair as toy_pair
   from graft_jax.train import methods, setup
   if distributed.is_writer():  # process 0 writes the run's files
+    workdir_runs.claim(cfg)  # resume=False: not over another run's files
     methods.write_run_config(cfg)  # a resume that changes the math stops here
   start = time.perf_counter()
   # A config naming the toy pair's folders (configs/toy.py) builds the pair on first use.

@@ -409,6 +409,8 @@ def check_writable(field: str, path: str) -> None:
     first = first.parent
   if not first.is_dir():
     raise PathError(field, f'cannot create {path!r}: {str(first)!r} is a file')
+  if os.statvfs(first).f_flag & os.ST_RDONLY:  # os.access says only "no", as for modes
+    raise PathError(field, f'cannot write to {str(first)!r} (read-only file system)')
   if not os.access(first, os.W_OK | os.X_OK):
     raise PathError(field, f'cannot write to {str(first)!r} (permission denied)')
 

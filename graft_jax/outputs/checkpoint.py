@@ -16,6 +16,13 @@ With ``async_save``, ``save`` returns once the state is copied to host memory
 and commits it in a thread; the next ``save``, ``steps`` or ``wait`` waits for
 that commit and reports a failure of it. A kill during the write leaves an
 uncommitted folder, set aside at the next start like any interrupted save.
+
+Integrity: once a step commits, process 0 records its files' checksums
+(`checkpoint_manifest`); a restore verifies the newest step first, and one that
+fails is renamed ``<step>.corrupt-<time>`` (never deleted) with one line and the
+next older one is tried. Keep-last-N runs here, not in orbax, right after a new
+step's checksums are written: an older step goes only once a newer one is known
+good.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from graft_jax import distributed
 # the atomic rename on POSIX, in place on object stores); a folder without it
 # is an interrupted save. The config's resume check reads it too, hence its home.
 from graft_jax.config.run_config import COMMIT_MARKER
-from graft_jax.outputs import storage
+from graft_jax.outputs import checkpoint_manifest, storage
 
 # Orbax writes a step into '<step>.orbax-checkpoint-tmp[-<time>]' and renames it on commit.
 TMP_MARKER = '.orbax-checkpoint-tmp'
@@ -53,7 +60,8 @@ class Checkpointer:
   def __init__(self, directory: str | os.PathLike, *, every_steps: int,
                keep: int, async_save: bool = True):
     self.directory = pathlib.Path(directory).absolute()
-    self.every_steps = every_steps
+    self.every_steps, self.keep, self._async = every_steps, keep, async_save
+    self._pending: list[int] = []  # saved steps whose checksums are not written yet
     try:
       self.directory.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -61,8 +69,9 @@ class Checkpointer:
     # Before the manager lists steps: its keep-last-N cleanup would count an
     # interrupted step folder and delete a good checkpoint in its place.
     self._set_aside_uncommitted()
+    # No max_to_keep: orbax would rotate before the new step's checksums exist (`_rotate`).
     options = ocp.CheckpointManagerOptions(
-        max_to_keep=keep, create=True, enable_async_checkpointing=async_save)
+        create=True, enable_async_checkpointing=async_save)
     self._manager = ocp.CheckpointManager(self.directory, options=options)
 
   def should_save(self, step: int) -> bool:
@@ -89,12 +98,17 @@ class Checkpointer:
     # Uncompressed size: orbax compresses, so this errs towards refusing early.
     storage.require_space(self.directory, _nbytes(state), f'checkpoint {step}')
     try:
-      return bool(self._manager.save(step, args=args, force=True))
+      with storage.quiet_unless_unexplained('absl', 'orbax', 'tensorstore'):
+        saved = bool(self._manager.save(step, args=args, force=True))
     except Exception as e:  # orbax and tensorstore wrap OSErrors in many types
       fault = storage.as_storage_error(e, self.directory / str(step))
       if fault is None:
         raise
       raise fault from e
+    self._pending.append(step)
+    if not self._async:  # committed; an async save is finished by the next `wait`, on
+      self._finish()     # every process alike (`_finish` syncs them)
+    return saved
 
   def steps(self) -> list[int]:
     """Committed steps, ascending, once the saves in flight have committed (a listing read
@@ -129,9 +143,13 @@ class Checkpointer:
     return out['state'], dict(out['metadata'])
 
   def restore_latest(self, abstract_state: Any) -> tuple[Any, dict] | None:
-    """(state, metadata) of the newest committed step, or None if none."""
+    """(state, metadata) of the newest committed step whose files match their checksums,
+    or None if none; the newer ones that do not are set aside."""
     self.wait()
     self._set_aside_uncommitted()
+    if distributed.is_writer():
+      self._set_aside_corrupt()
+    distributed.sync('checkpoint-verified')
     steps = self.steps()
     if not steps:
       return None
@@ -146,12 +164,60 @@ class Checkpointer:
       if fault is None:
         raise
       raise fault from e
+    self._finish()
+
+  def _finish(self) -> None:
+    """Writes the checksums of the saves that committed since the last call (process 0),
+    then drops the committed steps older than the newest `keep`."""
+    if not self._pending:
+      return
+    done, self._pending = self._pending, []
+    if distributed.is_writer():
+      try:
+        for step in done:
+          if self._committed(step):
+            checkpoint_manifest.write(self.directory / str(step))
+        self._rotate()
+      except OSError as e:
+        raise storage.as_storage_error(e, self.directory) or e
+    distributed.sync('checkpoint-manifest')
+    self._manager.reload()
+
+  def _rotate(self) -> None:
+    """Deletes committed steps beyond the newest `keep`, only while the newest one has
+    checksums (it was just verified as written: a good newer step exists)."""
+    steps = sorted(int(d.name) for d in self.directory.iterdir()
+                   if d.name.isdigit() and (d / COMMIT_MARKER).exists())
+    if not steps or not checkpoint_manifest.has_manifest(self.directory / str(steps[-1])):
+      return
+    for step in steps[:-self.keep]:
+      shutil.rmtree(self.directory / str(step))
+
+  def _set_aside_corrupt(self) -> None:
+    """From the newest committed step back, renames each whose files fail their checksums
+    (one line each) until one passes or has none (saved before checksums were kept)."""
+    for step in sorted((int(d.name) for d in self.directory.iterdir()
+                        if d.name.isdigit() and self._committed(int(d.name))), reverse=True):
+      folder = self.directory / str(step)
+      if not checkpoint_manifest.has_manifest(folder):
+        logging.warning('checkpoint %s has no checksums (saved before they were kept); '
+                        'restoring it unverified', folder)
+        return
+      fault = checkpoint_manifest.verify(folder)
+      if fault is None:
+        return
+      target = folder.with_name(f'{step}.corrupt-{time.time_ns()}')
+      folder.rename(target)
+      logging.warning('checkpoint %s is damaged (%s); moved it to %s and trying the one '
+                      'before', folder, fault, target.name)
 
   def close(self) -> None:
     """Waits for in-flight saves and stops orbax's threads; a save that failed was reported
     by ``save`` or ``wait`` already, so closing after it stays quiet."""
     try:
       self._manager.wait_until_finished()
+      if not distributed.multi_process():  # a run that failed: no sync the others may skip
+        self._finish()
     except Exception as e:  # pylint: disable=broad-except
       reported = storage.as_storage_error(e, self.directory) is not None
       logging.log(logging.DEBUG if reported else logging.WARNING,

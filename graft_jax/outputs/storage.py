@@ -10,7 +10,9 @@ the run can turn them into a `StorageError` that says which path failed.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import logging
 import os
 import re
 
@@ -85,3 +87,42 @@ def require_space(path: str | os.PathLike, nbytes: int, what: str) -> None:
   if free < nbytes:
     raise StorageError(path, f"{FAULTS[errno.ENOSPC]} for {what} (needs up to {nbytes:,} bytes, "
                        f"{free:,} free)", errno.ENOSPC)
+
+
+@contextlib.contextmanager
+def quiet_unless_unexplained(*loggers: str):
+  """Holds back the log records of ``loggers`` (orbax's, tensorstore's) during the block: a
+  disk fault raised from it is reported as one `StorageError`, so its kilobytes of
+  tracebacks are dropped (kept at DEBUG); anything else lets them through afterwards."""
+  held: list[logging.LogRecord] = []
+  handler = _Hold(held)
+  saved = [(logging.getLogger(n), logging.getLogger(n).propagate) for n in loggers]
+  for logger, _ in saved:
+    logger.addHandler(handler)
+    logger.propagate = False
+  explained = False
+  try:
+    yield
+  except Exception as e:
+    explained = fault(e) is not None
+    raise
+  finally:
+    for logger, propagate in saved:
+      logger.removeHandler(handler)
+      logger.propagate = propagate
+    for record in held:
+      logger = logging.getLogger(record.name)
+      if explained:
+        if not logger.isEnabledFor(logging.DEBUG):
+          continue
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+      logger.handle(record)
+
+
+class _Hold(logging.Handler):
+  def __init__(self, held: list):
+    super().__init__(logging.DEBUG)
+    self.held = held
+
+  def emit(self, record: logging.LogRecord) -> None:
+    self.held.append(record)

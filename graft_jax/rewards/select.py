@@ -60,9 +60,14 @@ def _checked(spec: str, fn: Callable, texts, golds):
     raise RewardError(f"reward.kind {spec!r} must return (rewards, stats), got "
                       f"{type(out).__name__}")
   rewards = np.asarray(out[0], np.float32)
-  if rewards.shape != (len(texts),) or not np.all(np.isfinite(rewards)):
+  if rewards.shape != (len(texts),):
     raise RewardError(f"reward.kind {spec!r} must return {len(texts)} finite rewards, got "
                       f"shape {rewards.shape}")
+  bad = np.flatnonzero(~np.isfinite(rewards))
+  if bad.size:
+    raise RewardError(f"reward.kind {spec!r} must return finite rewards, got "
+                      f"{rewards[bad[0]]} for text {bad[0]} ({bad.size} of {len(texts)} "
+                      f"non-finite)")
   return rewards, out[1]
 
 

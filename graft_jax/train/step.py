@@ -13,7 +13,7 @@ import numpy as np
 
 from graft_jax import core
 from graft_jax.models.logprobs import bucket_length
-from graft_jax.outputs import step_cost as cost, step_metrics
+from graft_jax.outputs import finite_guard, step_cost as cost, step_metrics
 from graft_jax.train import methods, old_logprobs, update
 from graft_jax.train.collect import check_successes, collect_all
 from graft_jax.train.update_rows import typed_batch
@@ -48,10 +48,10 @@ def run_updates(policy, rows, order: list[np.ndarray], cfg, method) -> dict:
         policy, params, opt_state, batch, loss, np.int32(i),
         micro_batch_tokens=cfg.perf.micro_batch_tokens, width=width,
         skip_silent=cfg.skip_silent_rows, fresh_B=old_logprobs.fresh_rows(rows, idx, i, cfg),
-        packed=cfg.perf.packed_update)
+        packed=cfg.perf.packed_update, skip_nonfinite=cfg.safety.nonfinite == "skip")
     per_update.append(parts)  # read once at the end: packing the next minibatch overlaps this one
-  policy.set_params(params, opt_state)
-  out = step_metrics.update_metrics(jax.device_get(per_update))
+  out = step_metrics.update_metrics(finite_guard.screen(policy.name, per_update, cfg))
+  policy.set_params(params, opt_state)  # finite: a skipped update returned the state before it
   out.update(getattr(policy.engine, "last_sync_metrics", {}))  # vLLM: sync times, probe gap
   return out
 
@@ -65,7 +65,7 @@ def train_step(cfg, policies: dict, problems, reward_fn, step: int, key, *,
   train, their peers and their rows. ``epoch`` is the pass over the prompts
   (replay reads the logged occurrence of that pass).
   """
-  with step_metrics.compilations() as compiled:
+  with step_metrics.compilations() as compiled, finite_guard.naming_step(step):
     metrics, rolls = _train_step(cfg, policies, problems, reward_fn, key, method=method,
                                  epoch=epoch)
   metrics["time"]["compile_s"] = compiled["seconds"]
@@ -82,6 +82,7 @@ def _train_step(cfg, policies: dict, problems, reward_fn, key, *, method, epoch:
            for i, name in enumerate(trained)}
   rolls = collect_all({name: policies[name] for name in trained}, problems, cfg, reward_fn,
                       seeds, timings)
+  finite_guard.check_rollouts(rolls)
   for roll in rolls.values() if method.counts_successes else ():
     check_successes(roll, cfg)
   t0 = time.perf_counter()

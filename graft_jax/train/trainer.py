@@ -27,7 +27,7 @@ import numpy as np
 from graft_jax import distributed
 from graft_jax.config import checks as config_checks
 from graft_jax.config import run_config as config_lib
-from graft_jax.outputs import metrics_file, progress, storage
+from graft_jax.outputs import metrics_file, progress, storage, workdir_runs
 from graft_jax.outputs import peer_log
 from graft_jax import preemption
 from graft_jax.train import methods, run_inputs
@@ -91,6 +91,7 @@ class Trainer:
     self.cfg = cfg
     self.workdir = pathlib.Path(cfg.workdir)
     self.workdir.mkdir(parents=True, exist_ok=True)
+    workdir_runs.claim(cfg)  # resume=False: refuses (or moves aside) another run here
     self._owned = []  # closed by close(), last first
     if reward_fn is None and reward_pool is None:
       reward_pool = make_reward_pool(cfg)

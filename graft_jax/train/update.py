@@ -36,12 +36,13 @@ import numpy as np
 import optax
 from flax import nnx
 
+from graft_jax.core import finite
 from graft_jax.distributed import to_global
 from graft_jax.models import token_logprobs
 from graft_jax.sharding import batch_shards, batch_sharding
 from graft_jax.packing import length_packing
 from graft_jax.train import packed_micro_batches
-from graft_jax.outputs import metric_kinds as kinds
+from graft_jax.outputs import finite_guard, metric_kinds as kinds
 from graft_jax.train.update_rows import TOKEN_FIELDS, field_dtypes
 
 # Tokens per gradient micro-batch when the config leaves it to the backend (0): on a
@@ -139,24 +140,29 @@ def micro_grads(params, acc, stack, scalars_S, count, update_index, *, graphdef,
   return jax.lax.fori_loop(0, count, one, (acc, total))
 
 
-def apply_grads(params, opt_state, grads, *, tx):
-  """One optimizer step with the accumulated gradient."""
+def apply_grads(params, opt_state, grads, loss=0.0, *, tx, keep_old=False):
+  """One optimizer step with the accumulated gradient, checked (`core.finite.checked`)."""
   grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
-  updates, opt_state = tx.update(grads, opt_state, params)
-  return optax.apply_updates(params, updates), opt_state, optax.tree.norm(grads)
+  updates, opt = tx.update(grads, opt_state, params)
+  norm = optax.tree.norm(grads)
+  state, flags_3 = finite.checked(loss, norm, (params, opt_state),
+                                  (optax.apply_updates(params, updates), opt), keep_old=keep_old)
+  return *state, norm, flags_3
 
 
-def update_programs(graphdef, tx, loss, *, mesh=None, param_sharding=None, opt_sharding=None):
+def update_programs(graphdef, tx, loss, *, mesh=None, param_sharding=None, opt_sharding=None,
+                    keep_old=False):
   """(the micro-batch gradient program, the optimizer-step program), jitted: the
   first donates the accumulator, the second the parameters and optimizer state."""
   kw_grad, kw_apply = {}, {}
   if mesh is not None:
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     kw_grad["out_shardings"] = (param_sharding, replicated)
-    kw_apply["out_shardings"] = (param_sharding, opt_sharding, replicated)
+    kw_apply["out_shardings"] = (param_sharding, opt_sharding, replicated, replicated)
   return (jax.jit(functools.partial(micro_grads, graphdef=graphdef, loss=loss,
                                     grad_sharding=param_sharding), donate_argnums=(1,), **kw_grad),
-          jax.jit(functools.partial(apply_grads, tx=tx), donate_argnums=(0, 1), **kw_apply))
+          jax.jit(functools.partial(apply_grads, tx=tx, keep_old=keep_old), donate_argnums=(0, 1),
+                  **kw_apply))
 
 
 def update_program(graphdef, params, tx, loss, *, rows: int, length: int, slots: int = 1,
@@ -182,17 +188,18 @@ def update_program(graphdef, params, tx, loss, *, rows: int, length: int, slots:
           (apply, (params, opt, acc)))
 
 
-def programs(policy, loss):
+def programs(policy, loss, keep_old=False):
   """The policy's `update_programs` for ``loss``, built once."""
-  if loss not in policy.compiled:
-    policy.compiled[loss] = update_programs(policy.graphdef, policy.tx, loss, mesh=policy.mesh,
-                                            param_sharding=policy.param_sharding,
-                                            opt_sharding=policy.opt_sharding)
-  return policy.compiled[loss]
+  if (loss, keep_old) not in policy.compiled:
+    policy.compiled[loss, keep_old] = update_programs(
+        policy.graphdef, policy.tx, loss, mesh=policy.mesh, param_sharding=policy.param_sharding,
+        opt_sharding=policy.opt_sharding, keep_old=keep_old)
+  return policy.compiled[loss, keep_old]
 
 
 def update(policy, params, opt_state, batch, loss, update_index, *, micro_batch_tokens: int,
-           width: int, skip_silent: bool = True, fresh_B=None, packed: bool = False):
+           width: int, skip_silent: bool = True, fresh_B=None, packed: bool = False,
+           skip_nonfinite: bool = False):
   """One optimizer step on a host minibatch (``loss.Batch`` of numpy arrays padded to
   ``width`` tokens, the run's length budget); ``params`` and ``opt_state`` are donated.
 
@@ -212,6 +219,7 @@ def update(policy, params, opt_state, batch, loss, update_index, *, micro_batch_
   ``packed``: the micro-batches are whole sequences packed into rows of ``width``
   (`packed_micro_batches`), one shape per run whatever the lengths, with the same
   gradient and metrics.
+  ``skip_nonfinite``: a non-finite step returns the state it was given (`apply_grads`).
 
   Returns (params, opt_state, the metrics of each call that ran and the step's).
   """
@@ -232,7 +240,7 @@ def update(policy, params, opt_state, batch, loss, update_index, *, micro_batch_
   share_M /= max(float(share_M.sum()), 1.0)
   scalars = loss.totals(batch)
   fresh_B = np.zeros(b, np.float32) if fresh_B is None else np.asarray(fresh_B, np.float32)
-  grad_fn, apply_fn = programs(policy, loss)
+  grad_fn, apply_fn = programs(policy, loss, skip_nonfinite)
   if packed:
     shapes = packed_micro_batches.run_shapes(b, width, t, budget, shards)
   else:
@@ -274,10 +282,11 @@ def update(policy, params, opt_state, batch, loss, update_index, *, micro_batch_
                                update_index)
         if entries or not plan:
           parts.append(metrics)
-    params, opt_state, grad_norm = apply_fn(params, opt_state, acc)
+    params, opt_state, grad_norm, flags_3 = apply_fn(params, opt_state, acc,
+                                                     sum(p["loss"].value for p in parts))
   # What the forward computed, padding included (padding / computed: the padding fraction).
   computed = sum(rows * length for _, rows, length in plan)
-  parts.append({**kinds.metrics(kinds.MEAN, grad_norm=grad_norm),
+  parts.append({**kinds.metrics(kinds.MEAN, grad_norm=grad_norm), **finite_guard.flags(flags_3),
                 **kinds.metrics(kinds.SUM, silent_rows=np.float32(silent_B.sum()),
                                 rows_run=np.float32(has_tokens_B[run_B].sum()),
                                 computed_tokens=np.float32(computed),

@@ -1,12 +1,15 @@
 """check_paths: output folders are usable and every input exists, before anything loads."""
 
 import json
+import subprocess
 
 import pytest
 
+from graft_jax.config import checks as config_checks
 from graft_jax.config import run_config as config_lib
 from graft_jax.train import methods
 from tests.config.test_run_config import _with
+from tests.train.test_faults import small_tmpfs  # noqa: F401  (a fixture)
 
 
 def _models(tmp_path):
@@ -75,3 +78,9 @@ def test_resolved_config_round_trips_through_json(tmp_path):
   cfg = config_lib.from_config_dict(config_lib.load_config('configs/toy.py:hacpo,no_gate'))
   path = config_lib.write_json(cfg, tmp_path / 'run' / 'config.json')
   assert config_lib.from_config_dict(json.loads(path.read_text())) == cfg
+
+
+def test_a_read_only_mount_is_named_as_one(small_tmpfs):
+  subprocess.run(["mount", "-o", "remount,ro", str(small_tmpfs)], check=True)
+  with pytest.raises(config_lib.PathError, match=r"\(read-only file system\)$"):
+    config_checks.check_writable("workdir", str(small_tmpfs / "run"))

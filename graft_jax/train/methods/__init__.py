@@ -8,7 +8,7 @@ dataclass) become the config section ``cfg.<name>`` when it is registered.
 
 from __future__ import annotations
 
-from graft_jax.config import run_config as config_lib
+from graft_jax.config import run_config as config_lib, safety  # noqa: F401 (cfg.safety)
 from graft_jax.config.checks import policy_configs, policy_fields
 from graft_jax.config.errors import ConfigError, did_you_mean
 from graft_jax.config.run_config import TrainConfig
