@@ -6,8 +6,9 @@ lowering (Triton on a GPU, Mosaic on a TPU), short of compiling. Under
 `graft_jax.backends.traced_for` with ``lowering`` the programs are traced as
 that hardware runs them: the kernels native, not in Pallas's interpreter, and
 'auto' resolved for the target (cuDNN's attention on a GPU, splash on a TPU,
-the live-span decode kernels). So a CPU finds what would fail on a GPU's first
-step, before any GPU runs the code.
+the live-span decode kernels); a GPU's questions about itself are answered as an
+H100's (`h100_cudnn`). So a CPU finds what would fail on a GPU's first step,
+before any GPU runs the code.
 
 The programs are the run's own, built from a run config: the samplers' jitted
 calls with the engines' own arguments (`JaxSamplerEngine.call_args`,
@@ -198,23 +199,33 @@ def build(cfg, program: str, mc: ModelConfig):
 
 @contextlib.contextmanager
 def h100_cudnn():
-  """cuDNN's version and compute-capability queries answered as on an H100 (capability
-  9.0) with cuDNN 9.10: `jax._src.cudnn.fused_attention_stablehlo.check_cudnn_version`,
-  `check_compute_capability` and `is_cuda_compute_capability_equal`, which ask the local
-  GPU and cuDNN library, so cuDNN's attention lowers where neither is present. Nothing
-  else of cuDNN's lowering changes: its shape and layout checks run as on the GPU."""
+  """The questions a GPU answers about itself, answered as an H100 (compute capability
+  9.0) with cuDNN 9.10 would, where no GPU is: cuDNN's queries of the local GPU and
+  library (`jax._src.cudnn.fused_attention_stablehlo.check_cudnn_version`,
+  `check_compute_capability`, `is_cuda_compute_capability_equal`), so cuDNN's attention
+  lowers; and `graft_jax.backends.packed_attention_kernel` asked with the H100's
+  capability named (its ``capability``; unnamed, a lowering knows none and takes the
+  Pallas kernel), so packed rows lower in the kernels an H100 runs them in. Nothing
+  else changes: cuDNN's shape and layout checks and the door's other conditions run as
+  on the GPU."""
   names = ("check_cudnn_version", "check_compute_capability", "is_cuda_compute_capability_equal")
   saved = {n: getattr(cudnn_attention, n) for n in names}
+  door = backends.packed_attention_kernel
   capability = lambda c: tuple(int(x) for x in c.split("."))
   answers = (lambda: H100_CUDNN, lambda c: H100_CAPABILITY >= capability(c),
              lambda c: H100_CAPABILITY == capability(c))
+  h100 = ".".join(map(str, H100_CAPABILITY))
   try:
     for n, answer in zip(names, answers):
       setattr(cudnn_attention, n, answer)
+    backends.packed_attention_kernel = (
+        lambda dtype, head_dim, *, capability=None: door(dtype, head_dim,
+                                                         capability=capability or h100))
     yield
   finally:
     for n, fn in saved.items():
       setattr(cudnn_attention, n, fn)
+    backends.packed_attention_kernel = door
 
 
 def lower(cfg, program: str, mc: ModelConfig, platform: str, *,

@@ -4,8 +4,10 @@ heads, head_dim and vocabulary, with the kernels the target runs in it."""
 
 import pathlib
 
+import jax.numpy as jnp
 import pytest
 
+from graft_jax import backends
 from graft_jax.config import load as config_load
 from graft_jax.plan import lowering
 from graft_jax.train import methods
@@ -13,18 +15,19 @@ from graft_jax.train import methods
 CONFIGS = sorted((pathlib.Path(__file__).resolve().parents[2] / "configs").glob("pair_*.py"))
 TRITON, MOSAIC, CUDNN, CUDNN_BWD = (lowering.TRITON, lowering.MOSAIC_TPU, lowering.CUDNN_FORWARD,
                                     lowering.CUDNN_BACKWARD)
-# The kernels each program must hold. CUDA: a decode step in the live-span kernel
-# (Triton), a prefill and unpacked rows in cuDNN's attention, packed rows in Pallas's
-# flash kernel (Triton); the pool's prefill chunks walk key blocks in plain JAX. TPU:
+# The kernels each program must hold. CUDA (an H100): a decode step in the live-span
+# kernel (Triton), a prefill and unpacked rows in cuDNN's attention, packed rows in
+# cuDNN's packed layout with Pallas's flash kernel (Triton) beside it for fuller rows;
+# the pool's prefill chunks walk key blocks in plain JAX. TPU:
 # splash attention, and the pool's decode steps in the live-span kernel (Mosaic); the
 # static sampler's windows are not whole 128-slot blocks, so XLA decodes.
 KERNELS = {
     "sampler": ({TRITON, CUDNN}, {MOSAIC}),
     "pool": ({TRITON}, {MOSAIC}),
-    "scoring_packed": ({TRITON}, {MOSAIC}),
+    "scoring_packed": ({TRITON, CUDNN}, {MOSAIC}),
     "scoring_bucketed": ({CUDNN}, {MOSAIC}),
-    "exchange_scoring": ({TRITON}, {MOSAIC}),
-    "update_packed": ({TRITON}, {MOSAIC}),
+    "exchange_scoring": ({TRITON, CUDNN}, {MOSAIC}),
+    "update_packed": ({TRITON, CUDNN, CUDNN_BWD}, {MOSAIC}),
     "update_bucketed": ({CUDNN, CUDNN_BWD}, {MOSAIC}),
     "optimizer_step": (set(), set()),
     "validation": ({TRITON, CUDNN}, {MOSAIC}),
@@ -63,13 +66,19 @@ def test_lowers(runs, program, platform):
 
 def test_cudnn_lowers_only_with_an_h100s_answers(runs):
   """Off a GPU cuDNN's lowering stops at its version query; `lowering.h100_cudnn`
-  answers it (and the capability queries) for the length of the lowering only."""
+  answers it, the capability queries and the packed-kernel door's as an H100, for the
+  length of the lowering only."""
   from jax._src.cudnn import fused_attention_stablehlo as cudnn_fa  # pylint: disable=import-outside-toplevel
   cfg, models = runs[0]
   mc = next(iter(models.values()))
-  with lowering.h100_cudnn():
-    assert cudnn_fa.check_cudnn_version() == lowering.H100_CUDNN
-    assert cudnn_fa.check_compute_capability("9.0") and not cudnn_fa.check_compute_capability("10.0")
+  packed = lambda: backends.packed_attention_kernel(jnp.bfloat16, 128)
+  with backends.traced_for("gpu", lowering=True):
+    with lowering.h100_cudnn():
+      assert cudnn_fa.check_cudnn_version() == lowering.H100_CUDNN
+      assert cudnn_fa.check_compute_capability("9.0")
+      assert not cudnn_fa.check_compute_capability("10.0")
+      assert packed() == "cudnn_packed"
+    assert packed() == "pallas"
   with pytest.raises(RuntimeError, match="cuDNN is not detected"):
     cudnn_fa.check_cudnn_version()
   with pytest.raises(RuntimeError, match="cuDNN is not detected"):
