@@ -6,7 +6,7 @@ itself only.
   .venv/bin/python benchmarks/gpu_check.py --dry --out=DIR  # the same sequence, tiny, on CPU
 
 The driver (this file without ``--section``) runs the sections in order, each as
-``gpu_check.py --section=NAME`` under its own timeout (`TIMEOUTS`, summing to 8
+``gpu_check.py --section=NAME`` under its own timeout (`TIMEOUTS`, summing under 8
 minutes), with JAX's share of the device (``--mem_fraction``) and its preallocation
 set in the environment before JAX starts. Each writes ``DIR/NAME.json`` as its figures
 come (``DIR``: ``--out``, else ``$OUT``); the driver appends one line per section to
@@ -73,11 +73,15 @@ _DRY = flags.DEFINE_bool("dry", False, "tiny model and lengths, any backend (a C
 _LENGTHS = flags.DEFINE_list("lengths", ["4096", "8192"], "row lengths of the update and attention")
 _MICRO = flags.DEFINE_integer("micro_batches", 4, "one-row micro-batches per optimizer step")
 _REPS = flags.DEFINE_integer("reps", 3, "timed calls after the warm-up")
-_PEAK = flags.DEFINE_float("peak_tflops", 989.0, "dense bf16 peak of the device (H200: 989)")
-_HBM = flags.DEFINE_float("hbm_tbps", 4.8, "HBM bandwidth, TB/s (H200: 4.8)")
+_PEAK = flags.DEFINE_float("peak_tflops", 989.0, "dense bf16 peak of the device (default: "
+                           "DEVICE_RATES by its kind, else H200's)")
+_HBM = flags.DEFINE_float("hbm_tbps", 4.8, "HBM bandwidth, TB/s (default: DEVICE_RATES by the "
+                          "device's kind, else H200's)")
 DEFAULT_SECTIONS = ("env_decode", "packed", "pool", "step")
-# Seconds per section, compilation included; the default sequence sums to 8 minutes.
-TIMEOUTS = {"env_decode": 60, "packed": 120, "pool": 90, "step": 210}
+# Seconds per section, compilation included; the default sequence sums under 8 minutes.
+TIMEOUTS = {"env_decode": 60, "packed": 120, "pool": 90, "step": 195}
+# (dense bf16 TFLOP/s, HBM TB/s) by device kind, where --peak_tflops / --hbm_tbps are not given.
+DEVICE_RATES = {"H100": (989.0, 3.35), "H200": (989.0, 4.8)}
 OTHER_TIMEOUT = 120
 # --dry: the same sections compiled and run on a CPU (shared, Pallas interpreted).
 DRY_TIMEOUT_SCALE = 6
@@ -390,9 +394,13 @@ def device_bytes() -> int | None:
 def section_main(name: str) -> int:
   """One section in this process: its figures to ``DIR/NAME.json``; 1 if one failed."""
   device = jax.devices()[0]
+  rates = next((r for kind, r in DEVICE_RATES.items() if kind in device.device_kind), None)
+  for flag, value in zip(("peak_tflops", "hbm_tbps"), rates or ()):
+    if not flags.FLAGS[flag].present:
+      setattr(flags.FLAGS, flag, value)
   out = Report(out_dir() / f"{name}.json", section=name, device=device.device_kind,
                backend=jax.default_backend(), jax=jax.__version__, dry=_DRY.value,
-               bytes_limit=device_bytes(),
+               bytes_limit=device_bytes(), peak_tflops=_PEAK.value, hbm_tbps=_HBM.value,
                mem_fraction=os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION"))
   print(f"[{name}] {device.device_kind} ({jax.default_backend()}), JAX {jax.__version__}, "
         f"pool {gib(out['bytes_limit'])}{', dry run' if _DRY.value else ''}", flush=True)
