@@ -35,12 +35,14 @@ from jax import export
 from jax._src.cudnn import fused_attention_stablehlo as cudnn_attention
 
 from graft_jax import backends
+from graft_jax.config.checks import policy_configs
 from graft_jax.models import logprobs
 from graft_jax.models.config import ModelConfig
 from graft_jax.models.decoder import Decoder
 from graft_jax.packing import sequence_packing
-from graft_jax.rollout import ContinuousSamplerEngine, JaxSamplerEngine, SamplingParams
 from graft_jax.plan.phases import eval_calls
+from graft_jax.plan.run import model_config
+from graft_jax.rollout import ContinuousSamplerEngine, JaxSamplerEngine, SamplingParams
 from graft_jax.rollout.kv_budget import bucket
 from graft_jax.rollout.sampler import generate_padded
 from graft_jax.rollout.slot_pool import run_pool
@@ -231,7 +233,7 @@ def h100_cudnn():
 def lower(cfg, program: str, mc: ModelConfig, platform: str, *,
           as_h100: bool = True) -> export.Exported:
   """``program`` of the model ``mc`` lowered for ``platform`` ('cuda' or 'tpu'); with
-  ``as_h100`` cuDNN's queries answered as on an H100 (`h100_cudnn`)."""
+  ``as_h100`` a GPU's questions about itself answered as an H100's (`h100_cudnn`)."""
   with (backends.traced_for(PLATFORMS[platform], lowering=True),
         h100_cudnn() if as_h100 else contextlib.nullcontext()):
     # A jitted function's traces are cached by its arguments, not by the target they
@@ -251,6 +253,4 @@ def kernel_calls(exported: export.Exported) -> set[str]:
 def run_models(cfg) -> dict[str, ModelConfig]:
   """The run's models by name (`graft_jax.plan.run.model_config`: the folder's config.json,
   else the preset of its name)."""
-  from graft_jax.config.checks import policy_configs  # pylint: disable=import-outside-toplevel
-  from graft_jax.plan.run import model_config  # pylint: disable=import-outside-toplevel
   return {m.name: model_config(m) for m in policy_configs(cfg)}
