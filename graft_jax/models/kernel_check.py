@@ -145,13 +145,16 @@ def attention_error(impl: str, *, packed: bool, grad: bool, head_dim: int, group
          _normal(keys[2], (2, length, kv_heads, head_dim), dtype))
   # Read at real positions only: a right pad's output is the implementations' choice.
   ct_BxTxKxGxH = _normal(keys[3], qkv[0].shape, jnp.float32) * real_BxT[:, :, None, None, None]
-  fns = {"kernel": lambda q, k, v: attend(q, k, v, mask_BxT, impl=impl),
-         "reference": lambda q, k, v: dense_attention(q, k, v, mask_BxT)}
-  outs = {n: np.asarray(jax.jit(f)(*qkv), np.float32)[real_BxT] for n, f in fns.items()}
+  # The reference in float32 from the same (rounded) inputs: the error is the kernel's.
+  fns = {"kernel": (lambda q, k, v: attend(q, k, v, mask_BxT, impl=impl), qkv),
+         "reference": (lambda q, k, v: dense_attention(q, k, v, mask_BxT),
+                       tuple(x.astype(jnp.float32) for x in qkv))}
+  outs = {n: np.asarray(jax.jit(f)(*args), np.float32)[real_BxT] for n, (f, args) in fns.items()}
   errs = [_rel_err(outs["kernel"], outs["reference"])]
   if grad:
     loss = lambda f: lambda *qkv: (f(*qkv).astype(jnp.float32) * ct_BxTxKxGxH).sum()
-    grads = {n: jax.jit(jax.grad(loss(f), argnums=(0, 1, 2)))(*qkv) for n, f in fns.items()}
+    grads = {n: jax.jit(jax.grad(loss(f), argnums=(0, 1, 2)))(*args)
+             for n, (f, args) in fns.items()}
     errs += [_rel_err(g, w) for g, w in zip(grads["kernel"], grads["reference"])]
   return max(errs)
 
