@@ -225,7 +225,8 @@ STARTED_FILE = "started.json"  # in a run's workdir: the key (pair, step budget)
 def resume_or_start(cfg, key: str):
   """``cfg`` set to resume its workdir's run when that run was started for the same ``key``
   (the pair and step budget) and ``checkpoint.resume`` is on; otherwise to start over,
-  without the other run's checkpoints, which would stand in for this run's steps.
+  without the other run's checkpoints, which would stand in for this run's steps, its
+  metrics rows and its peer logs.
 
   The config is checked against the run it resumes (``ConfigError`` naming the field)
   before any model loads.
@@ -235,9 +236,15 @@ def resume_or_start(cfg, key: str):
   same = (cfg.checkpoint.resume and marker.is_file()
           and json.loads(marker.read_text()) == {"key": key})
   cfg = dataclasses.replace(cfg, checkpoint=dataclasses.replace(cfg.checkpoint, resume=same))
-  if not same and ckpt.is_dir() and workdir.resolve() in ckpt.resolve().parents:
-    log.info("%s: starting over; removing the checkpoints of the run it held", workdir)
-    shutil.rmtree(ckpt)
+  # The run it held goes whole: its rows and logs would mix with this run's (and the
+  # trainer refuses a fresh run over them, `outputs.workdir_runs`).
+  for old in (ckpt, pathlib.Path(cfg.peer_log_dir), workdir / "metrics.jsonl"):
+    if not same and old.exists() and workdir.resolve() in old.resolve().parents:
+      log.info("%s: starting over; removing %s of the run it held", workdir, old.name)
+      if old.is_dir():
+        shutil.rmtree(old)
+      else:
+        old.unlink()
   workdir.mkdir(parents=True, exist_ok=True)
   methods.write_run_config(cfg)
   marker.write_text(json.dumps({"key": key}) + "\n")

@@ -37,8 +37,11 @@ def test_a_run_resumes_under_its_own_key_and_starts_over_under_another(tmp_path)
   assert toy_compare.resume_or_start(cfg, "pairA-2").checkpoint.resume is True
   # checkpoint.resume=False (a --config flag) starts over even under the same key.
   off = dataclasses.replace(cfg, checkpoint=dataclasses.replace(cfg.checkpoint, resume=False))
+  rows = tmp_path / "graft" / "metrics.jsonl"
+  rows.write_text('{"step": 0}\n')
   assert toy_compare.resume_or_start(off, "pairA-2").checkpoint.resume is False
   assert not step.exists()  # its checkpoints would stand in for the new run's steps
+  assert not rows.exists()  # and its rows would mix with the new run's
   _commit(cfg, 1)
   assert toy_compare.resume_or_start(cfg, "pairB-2").checkpoint.resume is False
   assert not step.exists()

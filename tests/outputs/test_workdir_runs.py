@@ -62,3 +62,15 @@ def test_a_resumed_run_and_an_empty_workdir_are_left_alone(tmp_path):
   fresh = tmp_path / "fresh"
   workdir_runs.claim(make_cfg("grpo", fresh, **{"checkpoint.resume": False}))
   assert (tmp_path / "metrics.jsonl").is_file() and not list(tmp_path.glob("*.replaced-*"))
+
+
+def test_the_refusal_is_a_usage_exit_and_a_non_finite_stop_a_fault():
+  from graft_jax import cli
+  from graft_jax.outputs import finite_guard
+  refused = workdir_runs.WorkdirInUseError("runs/x holds another run (runs/x/metrics.jsonl)")
+  assert cli.one_line(refused).startswith("workdir in use error: runs/x holds another run")
+  assert cli.exit_code(refused) == cli.USAGE_EXIT
+  stopped = finite_guard.NonFiniteError("toy_b", "gradient norm", 6)
+  assert cli.one_line(stopped).startswith("non finite error: toy_b: non-finite gradient norm "
+                                          "at step 7; the step was not committed")
+  assert cli.exit_code(stopped) == cli.ERROR_EXIT

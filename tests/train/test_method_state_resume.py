@@ -27,8 +27,9 @@ def test_hacpo_resumes_with_its_capability_tracker(tmp_path):
   resumed = trainer(cfg)
   assert resumed.step == 1 and resumed.method.state_dict() == saved
   resumed.close()
-  fresh = trainer(dataclasses.replace(cfg, checkpoint=dataclasses.replace(cfg.checkpoint,
-                                                                         resume=False)))
+  # Beside the run: resume=False refuses a workdir holding one (outputs.workdir_runs).
+  fresh = trainer(dataclasses.replace(cfg, workdir=str(tmp_path / "fresh"),
+                                      checkpoint=dataclasses.replace(cfg.checkpoint, resume=False)))
   assert fresh.method.state_dict() != saved  # the check above was not vacuous
   fresh.close()
 

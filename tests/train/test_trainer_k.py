@@ -79,8 +79,9 @@ def test_resume_restores_three_policies(run):
   for name, p in t.policies.items():
     for want, got in zip(jax.tree.leaves(params[name]), jax.tree.leaves(p.params)):
       np.testing.assert_array_equal(np.asarray(want), np.asarray(got))
-  fresh = trainer(dataclasses.replace(cfg, checkpoint=dataclasses.replace(cfg.checkpoint,
-                                                                         resume=False)))
+  # Beside the run: resume=False refuses a workdir holding one (outputs.workdir_runs).
+  fresh = trainer(dataclasses.replace(cfg, workdir=str(workdir.with_name(workdir.name + "-fresh")),
+                                      checkpoint=dataclasses.replace(cfg.checkpoint, resume=False)))
   assert fresh.step == 0 and not all(  # the restore above was not vacuous
       np.array_equal(a, np.asarray(b)) for a, b in zip(
           jax.tree.leaves(params["toy_c"]), jax.tree.leaves(fresh.policies["toy_c"].params)))
