@@ -5,7 +5,9 @@
 
 Everything the run needs (config values, workdir, model folders, data and
 benchmark files) is checked before a model loads; a mistake is one line
-naming the field. The run ends by writing each trained model as a Hugging
+naming the field. A model named by Hub id (`--config.model_a.path=org/name`,
+optionally `--config.model_a.revision=...`) is downloaded once into the Hugging
+Face cache and reused offline; config.json records the commit it trained. The run ends by writing each trained model as a Hugging
 Face folder (<workdir>/hf/<model>, `checkpoint.export_hf`) and prints each
 model's validation pass@1 and the paths it wrote.
 
@@ -36,6 +38,8 @@ def main(config_dict):
     config_dict.workdir = _WORKDIR.value
   from graft_jax.train import methods
   cfg = methods.from_config_dict(config_dict)  # the method's name first, then every field
+  from graft_jax.models import hub
+  cfg = hub.resolve_models(cfg)  # Hub ids: their cached folders and commits, before any check
   # The models: after the config is known to be good.
   from graft_jax.toy import pair as toy_pair
   from graft_jax.train import setup

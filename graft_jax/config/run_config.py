@@ -39,12 +39,12 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class PolicyConfig:
-  """One policy. `path` is a local HF folder; `name` keys logs and metrics.
-
-  Its prompt is the problem text plus ``data.prompt_suffix``.
-  """
+  """One policy. `path`: a local HF folder or a Hub id, `org/name` (`revision`: its branch, tag
+  or commit; a run records the commit, `graft_jax.models.hub`); `name` keys logs and metrics.
+  Its prompt is the problem text plus ``data.prompt_suffix``."""
   path: str = ''
   name: str = ''
+  revision: str = ''
 
 
 @dataclasses.dataclass(frozen=True)

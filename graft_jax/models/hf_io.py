@@ -1,7 +1,8 @@
 """Load and save Hugging Face checkpoint folders (config.json + safetensors).
 
 `load_hf` reads `model.safetensors` or the shards listed in
-`model.safetensors.index.json`; `save_hf` writes a folder that
+`model.safetensors.index.json` of a folder, or of a Hub id's snapshot in the Hugging Face
+cache (`graft_jax.models.hub`); `save_hf` writes a folder that
 `transformers.AutoModelForCausalLM.from_pretrained` opens with the same logits.
 """
 
@@ -20,7 +21,7 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from graft_jax import distributed
-from graft_jax.models import hf_keys, layer_storage
+from graft_jax.models import hf_keys, hub, layer_storage
 from graft_jax.models.config import ModelConfig, UnsupportedConfigError
 from graft_jax.models.decoder import Decoder
 
@@ -33,7 +34,7 @@ class CheckpointError(ValueError):
 
 
 def read_config(path: str | os.PathLike) -> ModelConfig:
-  config_path = Path(path) / "config.json"
+  config_path = Path(hub.resolve(str(path)).folder) / "config.json"
   if not config_path.is_file():
     raise CheckpointError(f"{config_path}: no config.json in the checkpoint folder")
   try:
@@ -68,7 +69,7 @@ def _path_str(path: tuple) -> str:
 
 def load_hf(path: str | os.PathLike, *, dtype=jnp.float32, compute_dtype=None, mesh=None
             ) -> tuple[Decoder, ModelConfig]:
-  """Builds a `Decoder` from an HF folder; params are stored in `dtype`.
+  """Builds a `Decoder` from an HF folder or Hub id; params are stored in `dtype`.
 
   With a `mesh`, each tensor goes from the file straight to its shards on the
   mesh (`graft_jax.sharding.state_shardings`): no device ever holds the whole
@@ -76,7 +77,7 @@ def load_hf(path: str | os.PathLike, *, dtype=jnp.float32, compute_dtype=None, m
   unexpected key or a wrong shape, and UnsupportedConfigError for a
   model_type or option these decoders do not implement.
   """
-  path = Path(path)
+  path = Path(hub.resolve(str(path)).folder)  # a Hub id: its cached snapshot
   cfg = read_config(path)
   abstract = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0), param_dtype=dtype,
                                             dtype=compute_dtype))

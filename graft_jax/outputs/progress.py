@@ -175,7 +175,13 @@ def run_outputs(cfg) -> list[tuple[str, str]]:
   if cfg.checkpoint.export_hf:
     out.append((str(work / "hf"), "each trained model as a Hugging Face folder "
                 "(launch/eval.py --model=<folder>/<model>)"))
-  out.append((str(work / "config.json"), "the resolved config"))
+  from graft_jax.config.checks import policy_configs
+  from graft_jax.models.hub import describe, repo_of
+  # A model from the Hub: the commit it trained, as config.json records it.
+  hub = [f"{m.name} {describe(m.path, m.revision)}" for m in policy_configs(cfg)
+         if repo_of(m.path)]
+  out.append((str(work / "config.json"), "the resolved config"
+              + (f" (weights: {', '.join(hub)})" if hub else "")))
   if cfg.engine == "vllm":
     out.append((str(work / "vllm"), "each vLLM server's log"))
   return out

@@ -62,7 +62,7 @@ def test_entries_may_be_mappings_or_policy_configs(entries):
      "models[2].name must be a file-safe name ([A-Za-z0-9._-], not starting with . or -), "
      "got '../c'"),
     (lambda cd: setattr(cd, "models", cd.models[:2] + ({"path": "x", "nme": "c"},)),
-     "unknown config key models[2].nme (known: name, path)"),
+     "unknown config key models[2].nme (known: name, path, revision)"),
 ])
 def test_bad_model_lists_name_the_field(mutate, line):
   cd = three()
