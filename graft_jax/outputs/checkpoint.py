@@ -48,6 +48,8 @@ from graft_jax.outputs import checkpoint_manifest, storage
 
 # Orbax writes a step into '<step>.orbax-checkpoint-tmp[-<time>]' and renames it on commit.
 TMP_MARKER = '.orbax-checkpoint-tmp'
+# A committed step whose files failed their checksums is renamed '<step>.corrupt-<time>'.
+CORRUPT_MARKER = '.corrupt-'
 
 
 class CheckpointError(RuntimeError):
@@ -151,6 +153,12 @@ class Checkpointer:
       self._set_aside_corrupt()
     distributed.sync('checkpoint-verified')
     steps = self.steps()
+    damaged = sorted(p.name for p in self.directory.glob(f'*{CORRUPT_MARKER}*'))
+    if not steps and damaged:  # starting over would drop the run's rows and logs
+      raise CheckpointError(
+          f'every checkpoint in {self.directory} failed its checksums ({", ".join(damaged)}); '
+          f'rename one back to its step number to resume from it unverified, or start over '
+          f'with checkpoint.resume=False safety.overwrite=True')
     if not steps:
       return None
     return self.restore(steps[-1], abstract_state)
@@ -206,7 +214,7 @@ class Checkpointer:
       fault = checkpoint_manifest.verify(folder)
       if fault is None:
         return
-      target = folder.with_name(f'{step}.corrupt-{time.time_ns()}')
+      target = folder.with_name(f'{step}{CORRUPT_MARKER}{time.time_ns()}')
       folder.rename(target)
       logging.warning('checkpoint %s is damaged (%s); moved it to %s and trying the one '
                       'before', folder, fault, target.name)

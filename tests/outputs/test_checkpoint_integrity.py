@@ -108,3 +108,13 @@ def test_a_step_saved_before_checksums_restores_with_one_warning(two_steps, capl
        checkpoint.Checkpointer(two_steps, every_steps=1, keep=3) as ckpt:
     assert ckpt.restore_latest(_abstract())[1] == {"step": 2}
   assert "has no checksums" in caplog.text
+
+
+def test_when_every_step_is_damaged_the_run_stops_instead_of_starting_over(two_steps):
+  for step in ("1", "2"):
+    _flip(_files(two_steps / step)[0], 0)
+  with checkpoint.Checkpointer(two_steps, every_steps=1, keep=3) as ckpt:
+    with pytest.raises(checkpoint.CheckpointError,
+                       match=r"^every checkpoint in .* failed its checksums \(1\.corrupt-\d+, "
+                             r"2\.corrupt-\d+\); rename one back"):
+      ckpt.restore_latest(_abstract())
