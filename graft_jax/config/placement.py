@@ -55,9 +55,6 @@ def validate(cfg) -> None:
     raise ConfigError(f'xla_mem_fraction must be in [0, 1) (0: from the placement), got {x}',
                       field='xla_mem_fraction')
   _check_ids('jax_devices', cfg.jax_devices)
-  if not cfg.vllm.host:
-    raise ConfigError("vllm.host must be an address to bind, e.g. '127.0.0.1'",
-                      field='vllm.host')
   past_pair, more = max(len(policy_configs(cfg)) - 2, 0), len(cfg.vllm.gpus.more)
   if more > past_pair:
     raise ConfigError(f'vllm.gpus.more places the models after the second ({past_pair} in this '

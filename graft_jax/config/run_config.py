@@ -258,7 +258,7 @@ class VllmConfig:
   # Servers per model (data-parallel replicas): each model's vllm.gpus split into this
   # many servers, the prompts of a call split among them (docs/clusters.md).
   data_parallel: int = 1
-  host: str = '127.0.0.1'  # bind address; '0.0.0.0' serves other nodes
+  host: str = ''  # '': a private Unix socket; an address opts into TCP (docs/clusters.md)
   # The NCCL library the servers load for 'nccl' pushes (VLLM_NCCL_SO_PATH); '' = the
   # vLLM venv's own. Its version must be the trainer's (graft_jax.train.preflight).
   nccl_library: str = ''

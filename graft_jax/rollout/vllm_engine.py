@@ -6,6 +6,16 @@ greedy (T = 0). The server runs with `--logprobs-mode processed_logprobs`,
 which gives exactly that when top-k and top-p are off (the training
 default). With top-k/top-p on, vLLM reports the log-prob under the filtered,
 renormalised distribution instead; the tokens are still correct.
+
+After a stop signal (``preemption.stopped_since``), or once closed, no server is
+started or restarted: a sampling call in flight fails at once (the trainer has
+abandoned its step) and a weight sync that finds its server gone is skipped and
+reported as ``sync_failure``, so the trainer saves the step it completed and stops;
+the servers start from the checkpoint's weights when the run resumes.
+
+Weights staged in /dev/shm go to a folder of an unpredictable name, mode 0700,
+created here (one planted by another user is refused), and removed by ``close``,
+or by the server's watchdog when the trainer dies.
 """
 
 from __future__ import annotations
@@ -16,7 +26,9 @@ import hashlib
 import logging
 import os
 import pathlib
+import secrets
 import shutil
+import stat
 import time
 import weakref
 from typing import Sequence
@@ -29,7 +41,7 @@ from graft_jax import distributed
 from graft_jax.rollout import vllm_sync, weight_transfer
 from graft_jax.rollout.types import RolloutBatch, SamplingParams, check_generate_args
 from graft_jax.rollout.vllm_sidecar import (SidecarDown, SidecarError, SidecarOptions,
-                                            VLLMSidecar)
+                                            SidecarStopped, VLLMSidecar)
 
 log = logging.getLogger(__name__)
 _TMPFS = pathlib.Path("/dev/shm")
@@ -50,15 +62,32 @@ def _probe_from_writer(gap: dict[str, float]) -> dict[str, float]:
 
 
 def default_weights_dir(run_dir) -> pathlib.Path:
-  """A tmpfs folder keyed by `run_dir` when /dev/shm is writable, else `run_dir/weights`.
+  """A new tmpfs folder name nobody can guess when /dev/shm is writable, else
+  `run_dir/weights`; the engine creates it (`private_dir`).
 
-  Keyed, not random: a folder left by a killed run is reused, not multiplied.
+  Random, not keyed by `run_dir`: another user could plant a folder (or a link) at a
+  name known in advance. A killed trainer's folder is removed by its servers' watchdog.
   """
   run_dir = pathlib.Path(run_dir).resolve()
   if _TMPFS.is_dir() and os.access(_TMPFS, os.W_OK):
-    key = hashlib.sha1(str(run_dir).encode()).hexdigest()[:12]
-    return _TMPFS / f"graft_jax-vllm-{key}"
+    return _TMPFS / f"graft_jax-vllm-{secrets.token_hex(8)}"
   return run_dir / "weights"
+
+
+def private_dir(folder: pathlib.Path) -> pathlib.Path:
+  """``folder``, created mode 0700 when missing; one that is a link, or another user's,
+  is refused, as its files could be read or replaced by someone else."""
+  folder.parent.mkdir(parents=True, exist_ok=True)
+  try:
+    os.mkdir(folder, 0o700)
+  except FileExistsError:
+    pass
+  st = os.lstat(folder)
+  if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+    raise SidecarError(f"{folder} is not a folder of this user's (a link, or planted by "
+                       f"another user); the staged weights are not written there")
+  os.chmod(folder, 0o700)
+  return folder
 
 
 def _request_seeds(seed: int, num: int, n: int, first: int = 0) -> list[int]:
@@ -140,9 +169,12 @@ class VLLMEngine:
     if weight_sync != "reload":  # the server opens its side of the transfer at launch
       options = dataclasses.replace(
           options, extra_args=options.extra_args + weight_transfer.server_args(weight_sync),
-          env=options.env + weight_transfer.server_env(weight_sync))
+          env=options.env + weight_transfer.server_env(weight_sync, tcp=bool(options.host)))
     self.options = options
+    self._serves = distributed.is_writer()  # under several processes, process 0 serves
     self.weights_dir = pathlib.Path(weights_dir or default_weights_dir(run_dir)).resolve()
+    if self._serves:
+      private_dir(self.weights_dir)
     self.check_every = check_every
     full = options.dtype == "float32" and model.dtype == jnp.float32
     self.probe_tolerance = probe_tolerance if probe_tolerance is not None else (
@@ -164,17 +196,18 @@ class VLLMEngine:
     self._name = name
     # Several trainer processes: process 0 runs and talks to the server; every process
     # takes part in the weight gathers and JAX forwards, and receives process 0's results.
-    self._serves = distributed.is_writer()
     self._multi = distributed.multi_process()
     self._expected_probe = None  # the JAX side of the probe for the weights now served
     vllm_sync.write_weights(model, self.weights_dir, options.dtype,
                             untie=weight_sync == "reload")
     if self._multi:
       self._expected_probe = vllm_sync.jax_probe_logprobs(model, self._probe_ids)
-    self.sidecar, self._cleanup = None, lambda: None
+    self.sidecar, self._cleanup, self._closed = None, lambda: None, False
     if self._serves:
       _link_weights(pathlib.Path(run_dir), self.weights_dir)
       self.sidecar = VLLMSidecar(self.weights_dir, run_dir, options, name=name)
+      if _TMPFS in self.weights_dir.parents:  # its watchdog removes them if we die
+        self.sidecar.cleanup_dirs = (self.weights_dir,)
       # Also runs at interpreter exit, for engines nobody closed.
       self._cleanup = weakref.finalize(self, _shut_down, self.sidecar, self.weights_dir)
       self.sidecar.start()  # boots while the caller does other work
@@ -192,6 +225,10 @@ class VLLMEngine:
     and the probe gap when the check ran. Under several trainer processes every
     process calls it (the weights are gathered from all of them) and process 0
     writes and reloads.
+
+    After a stop signal, a server found gone is not restarted: the sync is skipped and
+    ``sync_failure`` set, as for an aborted push, so the trainer saves the completed
+    step and stops (module docstring).
     """
     if isinstance(model, nnx.Module):
       self.graphdef, _ = nnx.split(model)
@@ -199,6 +236,16 @@ class VLLMEngine:
       model = nnx.merge(self.graphdef, model)
     self._model = model
     self._expected_probe = None
+    self.sync_failure = None
+    try:
+      self._sync(model)
+    except SidecarStopped as e:
+      self.sync_failure = e
+      log.warning("%s", e)
+      self.last_sync_metrics = {"vllm_sync_aborted": 1.0, "vllm_restarts": self.restarts}
+
+  def _sync(self, model) -> None:
+    """`set_weights`' transfer and check."""
     if self.weight_sync == "reload":
       t0 = time.perf_counter()
       vllm_sync.write_weights(model, self.weights_dir, self.options.dtype)
@@ -216,7 +263,6 @@ class VLLMEngine:
           self.weight_sync, self.sidecar, dtype=self.options.dtype,
           timeout=self.request_timeout_s, **deadline)
       push = lambda: self._pusher.send(model, self.syncs + 1)
-      self.sync_failure = None
       try:
         pushed = self._with_restarts(push) if self._serves else push()
       except weight_transfer.SyncAborted as e:
@@ -365,11 +411,13 @@ class VLLMEngine:
   # -- recovery and shutdown -----------------------------------------------------
 
   def _with_restarts(self, fn):
-    """Runs `fn` on a ready server; on `SidecarDown`, restarts (current weights) and retries."""
+    """Runs `fn` on a ready server; on `SidecarDown`, restarts (current weights) and retries.
+    After a stop signal, a server down or not yet started raises `SidecarStopped`."""
     failures = 0
     while True:
       try:
         if not self.sidecar.ready:
+          self._unless_stopping(None)
           self.sidecar.wait_ready()
           self._restore_weights()
           self._probe()  # a fresh server must serve the trainer's weights
@@ -377,6 +425,7 @@ class VLLMEngine:
         self._served = True
         return result
       except SidecarDown as e:
+        self._unless_stopping(e)
         failures += 1
         if not self._served:
           # Dying on its first request is a model/config problem (e.g. a head_dim
@@ -397,6 +446,13 @@ class VLLMEngine:
         self.sidecar.stop()
         self.sidecar.start()
 
+  def _unless_stopping(self, error: Exception | None) -> None:
+    """Raises `SidecarStopped` (from ``error``) once the run got a stop signal or the
+    engine was closed (a sampling thread the trainer no longer waits for)."""
+    if self._closed or self.sidecar.stopping():
+      raise SidecarStopped(f"{self.name}: the run is stopping; vLLM is not (re)started"
+                           + (f" ({error})" if error else "")) from error
+
   def _restore_weights(self) -> None:
     """A (re)started server loads ``weights_dir``. Under ``reload`` every sync rewrites
     it, so that is the trainer's weights; under a push backend it holds the first
@@ -411,6 +467,7 @@ class VLLMEngine:
 
   def close(self) -> None:
     """Stops the server and removes tmpfs weights; idempotent."""
+    self._closed = True
     self._cleanup()
 
   def __enter__(self):

@@ -2,6 +2,14 @@
 
 The server runs in its own process group under `vllm_watchdog.py`, so a stop
 (or the trainer's death) takes its engine-core and worker processes with it.
+
+It listens on a Unix socket in a folder of its own, mode 0700: the routes the
+trainer needs (``/collective_rpc``, the weight-transfer routes, which with the
+``ipc`` sync unpickle their input) take no token, so only this user may
+connect. ``SidecarOptions.host`` opts into TCP instead (another node's client),
+with a warning: a random token (``VLLM_API_KEY``, in the environment, not on
+the command line ``ps`` shows) then guards the ``/v1`` routes, vLLM guards no
+others, and the ``ipc`` sync is refused.
 """
 
 from __future__ import annotations
@@ -13,14 +21,18 @@ import logging
 import os
 import pathlib
 import re
+import secrets
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 import weakref
+
+from graft_jax import preemption
+from graft_jax.rollout import vllm_http
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +57,10 @@ class RequestError(SidecarError):
   """The server rejected a request (HTTP 4xx): a bug, not a crash."""
 
 
+class SidecarStopped(SidecarError):
+  """A stop signal came (``preemption.stopped_since``): the server is not started again."""
+
+
 @dataclasses.dataclass(frozen=True)
 class SidecarOptions:
   """How to launch the server; the fields named as in `VllmConfig` mirror it.
@@ -65,10 +81,18 @@ class SidecarOptions:
   env: tuple[tuple[str, str], ...] = ()
   server_module: str = SERVER_MODULE
   stop_grace_s: float = 15.0
-  host: str = "127.0.0.1"  # bind address; clients on this node still use loopback
+  # "": a Unix socket in a private folder (module docstring). An address opts into TCP,
+  # token-guarded /v1 routes only; clients on this node still use loopback.
+  host: str = ""
   # The NCCL library the server loads for weight pushes (VLLM_NCCL_SO_PATH); "" = its
   # torch's own.
   nccl_library: str = ""
+
+
+# After a stop signal the run has a scheduler's kill grace (SLURM and Kubernetes: 30 s,
+# Docker: 10 s) for its save and every process's exit; a server then needs no clean
+# shutdown (its shared memory is unlinked here), so it is killed after this long.
+STOPPING_GRACE_S = 2.0
 
 
 def free_port() -> int:
@@ -157,7 +181,8 @@ def server_env(run_dir: pathlib.Path, extra=()) -> dict[str, str]:
       "VLLM_CACHE_ROOT": cache,
       "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
       "TRITON_CACHE_DIR": os.path.join(cache, "triton"),
-      "VLLM_SERVER_DEV_MODE": "1",  # /collective_rpc and /reset_prefix_cache
+      # /collective_rpc and /reset_prefix_cache; on a Unix socket only this user reaches them
+      "VLLM_SERVER_DEV_MODE": "1",
       "VLLM_NO_USAGE_STATS": "1",
       "DO_NOT_TRACK": "1",
   }
@@ -168,7 +193,8 @@ def server_env(run_dir: pathlib.Path, extra=()) -> dict[str, str]:
 
 
 class VLLMSidecar:
-  """One vLLM server on `options.host` (loopback by default) serving `model_dir` as `name`.
+  """One vLLM server on a private Unix socket (or TCP on `options.host`: the module
+  docstring) serving `model_dir` as `name`.
 
   `start()` returns at once; `wait_ready()` blocks until /health answers.
   Call `stop()` (or use it as a context manager); an atexit hook stops any
@@ -183,6 +209,9 @@ class VLLMSidecar:
     self.name = name
     self.log_path = self.run_dir / "server.log"
     self.port = 0
+    self.socket_dir: pathlib.Path | None = None  # private; a new one per start
+    self.token = ""  # TCP only: the /v1 routes' bearer token
+    self.cleanup_dirs: tuple[pathlib.Path, ...] = ()  # the watchdog removes these if we die
     self.proc: subprocess.Popen | None = None
     self.starts = 0
     self.last_start_s = float("nan")
@@ -191,24 +220,39 @@ class VLLMSidecar:
     self._shm: set[str] = set()
     self._ready = False
     self._lock = threading.Lock()
+    self._made_at = preemption.mark()
 
   # -- lifecycle -------------------------------------------------------------
+
+  def stopping(self) -> bool:
+    """Whether this run got a stop signal since this sidecar was made (`preemption`)."""
+    return preemption.stopped_since(self._made_at)
 
   @property
   def ready(self) -> bool:
     return self._ready and self.alive()
 
   @property
+  def socket_path(self) -> pathlib.Path | None:
+    """The Unix socket the server listens on (None under TCP, or before a start)."""
+    return None if self.options.host or self.socket_dir is None else self.socket_dir / "s"
+
+  @property
   def url(self) -> str:
+    """Where the server is, for messages (a Unix socket's is ``http+unix://<path>``)."""
+    if not self.options.host:
+      return f"http+unix://{self.socket_path}"
     # A wildcard bind (0.0.0.0, ::) answers on loopback too.
     host = "127.0.0.1" if self.options.host in ("0.0.0.0", "::", "localhost") else self.options.host
     return f"http://{host}:{self.port}"
 
   def command(self) -> list[str]:
     o = self.options
+    where = (["--host", o.host, "--port", str(self.port)] if o.host
+             else ["--uds", str(self.socket_path)])
     args = [
-        "--model", str(self.model_dir), "--served-model-name", self.name,
-        "--host", o.host, "--port", str(self.port), "--dtype", o.dtype, "--seed", "0",
+        "--model", str(self.model_dir), "--served-model-name", self.name, *where,
+        "--dtype", o.dtype, "--seed", "0",
         # Prompts and responses are token ids; no tokenizer needed server-side.
         "--skip-tokenizer-init",
         # log_softmax(logits / T): the RolloutBatch convention (see vllm_engine).
@@ -234,7 +278,9 @@ class VLLMSidecar:
                str(max(context, 4096))]
     # -I: the script's folder (graft_jax/rollout, with a types.py) must not
     # shadow the standard library.
-    return [python, "-I", str(_WATCHDOG), python, "-m", o.server_module, *args, *o.extra_args]
+    cleanup = [a for d in self.cleanup_dirs for a in ("--remove-when-orphaned", str(d))]
+    return [python, "-I", str(_WATCHDOG), *cleanup, python, "-m", o.server_module, *args,
+            *o.extra_args]
 
   def _context_length(self) -> int:
     try:
@@ -244,17 +290,29 @@ class VLLMSidecar:
       return 0
 
   def start(self) -> None:
-    """Spawns the server (non-blocking) in a new process group."""
+    """Spawns the server (non-blocking) in a new process group; after a stop signal
+    (``stopping``), raises `SidecarStopped` instead."""
     if self.proc is not None:
       raise SidecarError(f"{self.name}: sidecar already started")
+    if self.stopping():
+      raise SidecarStopped(f"{self.name}: the run is stopping; vLLM is not started again")
     if not os.path.exists(self.options.python):
       raise SidecarError(f"{self.name}: no vLLM interpreter at {self.options.python!r}; "
                          "create it with `make vllm-venv` (docs/vllm.md)")
     self.run_dir.mkdir(parents=True, exist_ok=True)
-    self.port = free_port()
+    if self.options.host:
+      self.port = free_port()
+      self.token = self.token or secrets.token_urlsafe(32)
+      log.warning("%s: vLLM listens on TCP %s:%d (vllm.host): its /v1 routes take a token, "
+                  "but any process that reaches the port can call its other routes "
+                  "(weight reloads); leave vllm.host empty for a private Unix socket",
+                  self.name, self.options.host, self.port)
+    else:  # short: a socket's path has at most 107 bytes
+      self.socket_dir = pathlib.Path(tempfile.mkdtemp(prefix="graft_jax-vllm-"))
+      self.cleanup_dirs = (*self.cleanup_dirs, self.socket_dir)
     self.starts += 1
     with open(self.log_path, "ab") as f:
-      f.write(f"\n=== start {self.starts} on port {self.port} ===\n".encode())
+      f.write(f"\n=== start {self.starts} on {self.url} ===\n".encode())
       f.flush()
       self._log_offset = f.tell()
       self.proc = subprocess.Popen(
@@ -264,14 +322,15 @@ class VLLMSidecar:
     self._t_start = time.perf_counter()
     self._ready = False
     _LIVE.add(self)
-    log.info("%s: starting vLLM (pid %d, port %d, log %s)", self.name, self.proc.pid,
-             self.port, self.log_path)
+    log.info("%s: starting vLLM (pid %d, %s, log %s)", self.name, self.proc.pid, self.url,
+             self.log_path)
 
   def extra_env(self) -> tuple[tuple[str, str], ...]:
     """What the server's environment sets beyond `server_env`'s defaults."""
     o = self.options
     nccl = (("VLLM_NCCL_SO_PATH", os.path.abspath(o.nccl_library)),) if o.nccl_library else ()
-    return nccl + tuple(o.env)
+    token = (("VLLM_API_KEY", self.token),) if self.token else ()
+    return nccl + tuple(o.env) + token
 
   def wait_ready(self) -> None:
     """Blocks until /health is 200; raises `SidecarError` with the log tail otherwise."""
@@ -311,26 +370,28 @@ class VLLMSidecar:
     if not self.alive():
       return False
     try:
-      with urllib.request.urlopen(self.url + "/health", timeout=timeout) as r:
-        return r.status == 200
-    except (OSError, urllib.error.URLError):
+      return self._request("GET", "/health", None, timeout)[0] == 200
+    except vllm_http.ERRORS:
       return False
 
   def stop(self) -> None:
-    """SIGTERM to the whole group, SIGKILL after the grace period; idempotent."""
+    """SIGTERM to the whole group, SIGKILL after the grace period (``STOPPING_GRACE_S``
+    once the run got a stop signal); idempotent."""
     with self._lock:
       proc, self.proc, self._ready = self.proc, None, False
       if proc is None:
         return
       pgid = proc.pid
       _signal_group(pgid, signal.SIGTERM)
-      deadline = time.monotonic() + self.options.stop_grace_s
+      grace = self.options.stop_grace_s
+      if self.stopping():
+        grace = min(grace, STOPPING_GRACE_S)
+      deadline = time.monotonic() + grace
       while group_members(pgid) and time.monotonic() < deadline:
         proc.poll()  # reaps the watchdog once it exits
         time.sleep(0.2)
       if group_members(pgid):
-        log.warning("%s: vLLM did not stop in %.0f s; killing it", self.name,
-                    self.options.stop_grace_s)
+        log.warning("%s: vLLM did not stop in %.0f s; killing it", self.name, grace)
         _signal_group(pgid, signal.SIGKILL)
       proc.wait()
       # After SIGKILL only the kernel's tear-down is left; a multi-GB server on a
@@ -346,6 +407,10 @@ class VLLMSidecar:
       for path in self._shm:
         pathlib.Path(path).unlink(missing_ok=True)
       self._shm = set()
+      if self.socket_dir is not None:
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
+        self.cleanup_dirs = tuple(d for d in self.cleanup_dirs if d != self.socket_dir)
+        self.socket_dir = None
       _LIVE.discard(self)
 
   def pgid(self) -> int | None:
@@ -377,20 +442,35 @@ class VLLMSidecar:
 
   # -- HTTP --------------------------------------------------------------------
 
+  def _request(self, method: str, path: str, body: bytes | None,
+               timeout: float) -> tuple[int, bytes]:
+    """(status, body) of one request over the server's socket."""
+    if self.options.host:
+      return vllm_http.request(method, path, body, timeout=timeout, port=self.port,
+                               host=self.url.removeprefix("http://").rsplit(":", 1)[0],
+                               token=self.token)
+    if self.socket_path is None:
+      raise ConnectionRefusedError(f"{self.name}: no server started")
+    return vllm_http.request(method, path, body, timeout=timeout,
+                             socket_path=str(self.socket_path))
+
   def post(self, path: str, body: dict | None = None, *, timeout: float) -> dict | None:
     """POSTs JSON; `SidecarDown` on connection errors, timeouts and 5xx."""
-    req = urllib.request.Request(self.url + path, data=json.dumps(body or {}).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
+    return self._call("POST", path, json.dumps(body or {}).encode(), timeout)
+
+  def get(self, path: str, *, timeout: float) -> dict | None:
+    """GETs JSON; errors as `post`."""
+    return self._call("GET", path, None, timeout)
+
+  def _call(self, method: str, path: str, body: bytes | None, timeout: float) -> dict | None:
     try:
-      with urllib.request.urlopen(req, timeout=timeout) as r:
-        data = r.read()
-    except urllib.error.HTTPError as e:
-      detail = e.read().decode(errors="replace")[:2000]
-      if e.code < 500:
-        raise RequestError(f"{self.name}: {path} -> HTTP {e.code}: {detail}") from None
-      raise SidecarDown(f"{self.name}: {path} -> HTTP {e.code}: {detail}") from None
-    except (OSError, urllib.error.URLError) as e:  # reset, refused, timeout
+      status, data = self._request(method, path, body, timeout)
+    except vllm_http.ERRORS as e:
       raise SidecarDown(f"{self.name}: {path} failed: {e!r}") from None
+    if status >= 400:
+      detail = data.decode(errors="replace")[:2000]
+      error = RequestError if status < 500 else SidecarDown
+      raise error(f"{self.name}: {path} -> HTTP {status}: {detail}")
     return json.loads(data) if data else None
 
 

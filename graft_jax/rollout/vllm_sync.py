@@ -64,6 +64,13 @@ def _header(entries, metadata) -> bytes:
   return struct.pack("<Q", len(raw)) + raw
 
 
+def _create(path: pathlib.Path):
+  """``path`` opened to write, new or emptied, readable by this user alone; a link there is
+  refused (ELOOP), not followed to a file someone else chose."""
+  return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600),
+                   "wb")
+
+
 def write_weights(model, out_dir: str | os.PathLike, dtype: str = "auto", *,
                   bucket_bytes: int = BUCKET_BYTES, untie: bool = True) -> dict[str, float]:
   """Writes config.json and the full state dict as one safetensors file (no tokenizer);
@@ -92,7 +99,7 @@ def write_weights(model, out_dir: str | os.PathLike, dtype: str = "auto", *,
   f = None
   if writer:
     out.mkdir(parents=True, exist_ok=True)
-    f = open(tmp, "wb")  # pylint: disable=consider-using-with
+    f = _create(tmp)
   try:
     if f is not None:
       f.write(_header(entries, {"format": "pt"}))
@@ -127,7 +134,9 @@ def write_weights(model, out_dir: str | os.PathLike, dtype: str = "auto", *,
         dtype="bfloat16" if saved == ml_dtypes.bfloat16 else str(saved))
     if tied:
       config["tie_word_embeddings"] = False
-    (out / "config.json").write_text(json.dumps(config, indent=2))
+    with _create(out / "config.json.partial") as f:
+      f.write(json.dumps(config, indent=2).encode())
+    os.replace(out / "config.json.partial", out / "config.json")
   return stats
 
 

@@ -163,11 +163,12 @@ def _child_of(pid: int) -> int:
   raise AssertionError(f"no child of {pid}")
 
 
-def _connections_to(port: int) -> int:
-  """Established TCP connections whose far end is `port` (the clients' side)."""
-  with open("/proc/net/tcp") as f:
+def _connections_to(sidecar) -> int:
+  """Connections the server accepted on its Unix socket (the server's side: they carry the
+  socket's path; state 03, connected)."""
+  with open("/proc/net/unix") as f:
     rows = [line.split() for line in f.readlines()[1:]]
-  return sum(int(r[2].split(":")[1], 16) == port and r[3] == "01" for r in rows)
+  return sum(len(r) > 7 and r[7] == str(sidecar.socket_path) and r[5] == "03" for r in rows)
 
 
 def _signal(pid: int, sig) -> None:
@@ -201,9 +202,9 @@ def test_kill_9_mid_rollout_restarts_and_completes(vllm_pair, monkeypatch):
     del timeout  # the poll is fast here; a busy server still gets the usual time to answer
     if not killed:
       deadline = time.monotonic() + 30
-      while _connections_to(sidecar.port) < len(prompts) and time.monotonic() < deadline:
+      while _connections_to(sidecar) < len(prompts) and time.monotonic() < deadline:
         time.sleep(0.01)
-      assert _connections_to(sidecar.port) >= len(prompts), "the requests never reached vLLM"
+      assert _connections_to(sidecar) >= len(prompts), "the requests never reached vLLM"
       os.kill(api_server, signal.SIGKILL)  # the API server, not the watchdog
       for p in engine_procs:
         _signal(p, signal.SIGCONT)

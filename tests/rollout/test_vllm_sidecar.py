@@ -1,7 +1,9 @@
 """The sidecar launcher without vLLM: a stand-in server checks start-up errors, deadlines,
-process-group clean-up (also when the launcher is SIGKILLed) and the server command."""
+process-group clean-up (also when the launcher is SIGKILLed), the private socket and the
+server command."""
 
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -10,14 +12,15 @@ import time
 
 import pytest
 
+from graft_jax import preemption
 from graft_jax.rollout.vllm_sidecar import (SidecarDown, SidecarError, SidecarOptions,
-                                            VLLMSidecar, group_members, server_env)
+                                            SidecarStopped, VLLMSidecar, group_members,
+                                            server_env)
 
 # Serves /health like vLLM; FAKE_MODE picks a failure. "spawn" leaves a grandchild
 # behind, as vLLM's engine-core process would be.
 FAKE_SERVER = textwrap.dedent("""
-    import http.server, os, subprocess, sys, time
-    port = int(sys.argv[sys.argv.index("--port") + 1])
+    import http.server, os, socketserver, subprocess, sys, time
     mode = os.environ.get("FAKE_MODE", "ok")
     print("fake vLLM starting", mode, flush=True)
     if mode == "exit":
@@ -25,13 +28,21 @@ FAKE_SERVER = textwrap.dedent("""
         sys.exit(3)
     if mode == "hang":
         time.sleep(3600)
+    if mode == "stubborn":  # as vLLM's HTTP server waiting for a connection to close
+        import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if mode == "spawn":
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
     class H(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             self.send_response(200); self.end_headers()
+        def do_POST(self):
+            body = b'{"auth": "%s"}' % self.headers.get("Authorization", "").encode()
+            self.send_response(200); self.end_headers(); self.wfile.write(body)
         def log_message(self, *a):
             pass
+    if "--uds" in sys.argv:
+        socketserver.UnixStreamServer(sys.argv[sys.argv.index("--uds") + 1], H).serve_forever()
+    port = int(sys.argv[sys.argv.index("--port") + 1])
     http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 """)
 
@@ -39,7 +50,7 @@ FAKE_SERVER = textwrap.dedent("""
 def _sidecar(tmp_path, mode="ok", **kw):
   (tmp_path / "fake_vllm.py").write_text(FAKE_SERVER)
   opts = SidecarOptions(python=sys.executable, server_module="fake_vllm",
-                        env=(("FAKE_MODE", mode),), stop_grace_s=5.0, **kw)
+                        env=(("FAKE_MODE", mode),), **{"stop_grace_s": 5.0, **kw})
   return VLLMSidecar(tmp_path / "weights", tmp_path, opts, name="fake")
 
 
@@ -135,7 +146,7 @@ def test_command_carries_the_gpu_options(tmp_path):
   cmd = " ".join(VLLMSidecar(tmp_path / "w", tmp_path, opts, name="m").command())
   for part in ("--gpu-memory-utilization 0.3", "--tensor-parallel-size 2", "--dtype float16",
                "--max-model-len 4096", "--enforce-eager", "--no-enable-prefix-caching",
-               "--served-model-name m", "--host 127.0.0.1", "--skip-tokenizer-init",
+               "--served-model-name m", "--uds ", "--skip-tokenizer-init",
                "--logprobs-mode processed_logprobs", "-m vllm.entrypoints.openai.api_server",
                "--max-num-seqs 64"):
     assert part in cmd
@@ -172,3 +183,89 @@ def test_server_env(tmp_path, monkeypatch):
   assert env["HF_HUB_OFFLINE"] == "1" and env["VLLM_SERVER_DEV_MODE"] == "1"
   assert env["VLLM_CPU_KVCACHE_SPACE"] == "4"
   assert server_env(tmp_path)["VLLM_CPU_KVCACHE_SPACE"] == "1"
+
+
+def _tcp_listeners(pids) -> list[int]:
+  """Ports on which any of ``pids`` listens over TCP (IPv4 or IPv6)."""
+  import psutil
+  out = []
+  for pid in pids:
+    try:
+      conns = psutil.Process(pid).net_connections(kind="tcp")
+    except psutil.NoSuchProcess:
+      continue
+    out += [c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN]
+  return out
+
+
+def test_the_server_listens_on_a_private_socket_not_tcp(tmp_path):
+  with _sidecar(tmp_path) as sidecar:
+    sidecar.wait_ready()
+    folder = sidecar.socket_path.parent
+    assert sidecar.socket_path.is_socket()
+    assert folder.stat().st_mode & 0o777 == 0o700 and folder.stat().st_uid == os.getuid()
+    assert _tcp_listeners(group_members(sidecar.pgid())) == []
+    assert sidecar.post("/v1/completions", {}, timeout=5) == {"auth": ""}
+    assert "VLLM_API_KEY" not in dict(sidecar.extra_env())
+  assert not folder.exists()  # a new one per start
+
+
+def test_tcp_is_an_opt_in_with_a_token_off_the_command_line(tmp_path):
+  with _sidecar(tmp_path, host="127.0.0.1") as sidecar:
+    sidecar.wait_ready()
+    assert _tcp_listeners(group_members(sidecar.pgid())) == [sidecar.port]
+    token = dict(sidecar.extra_env())["VLLM_API_KEY"]
+    assert len(token) >= 32 and token not in " ".join(sidecar.command())
+    assert sidecar.post("/v1/completions", {}, timeout=5) == {"auth": f"Bearer {token}"}
+
+
+def test_no_server_starts_after_a_stop_signal(tmp_path):
+  sidecar = _sidecar(tmp_path)
+  with preemption.StopSignals() as stop:
+    stop._handle(signal.SIGTERM, None)  # pylint: disable=protected-access
+    with pytest.raises(SidecarStopped, match="the run is stopping"):
+      sidecar.start()
+  assert sidecar.proc is None and _sidecar(tmp_path).stopping() is False  # made after it
+  with preemption.StopSignals():  # a new run: stopping no more
+    assert not sidecar.stopping()
+
+
+def test_a_server_deaf_to_sigterm_is_killed_within_seconds(tmp_path):
+  with _sidecar(tmp_path, "stubborn", stop_grace_s=60.0) as sidecar:
+    sidecar.wait_ready()
+    pgid, t0 = sidecar.pgid(), time.monotonic()
+    sidecar.stop()
+    assert time.monotonic() - t0 < 10.0 and not group_members(pgid)
+
+
+@pytest.mark.parametrize("server_first", [False, True],
+                         ids=["server running", "server already stopped"])
+def test_a_killed_launchers_watchdog_removes_its_folders(tmp_path, server_first):
+  """After ``kill -9`` of the trainer, the staged weights in /dev/shm must not stay, also when
+  a stop of every process ended the server (and its watchdog) first."""
+  (tmp_path / "fake_vllm.py").write_text(FAKE_SERVER)
+  staged = tmp_path / "staged"
+  script = textwrap.dedent(f"""
+      import os, pathlib, signal, sys, time
+      from graft_jax.rollout.vllm_sidecar import SidecarOptions, VLLMSidecar, group_members
+      opts = SidecarOptions(python=sys.executable, server_module="fake_vllm")
+      s = VLLMSidecar({str(tmp_path / "w")!r}, {str(tmp_path)!r}, opts)
+      pathlib.Path({str(staged)!r}).mkdir()
+      s.cleanup_dirs = (pathlib.Path({str(staged)!r}),)
+      s.wait_ready()
+      print(s.pgid(), s.socket_path.parent, flush=True)
+      if {server_first!r}:
+        os.killpg(s.pgid(), signal.SIGTERM)
+        while group_members(s.pgid()):
+          time.sleep(0.1)
+      os.kill(os.getpid(), signal.SIGKILL)
+  """)
+  out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=60, cwd=os.getcwd())
+  assert out.returncode == -signal.SIGKILL, out.stderr
+  pgid, socket_dir = out.stdout.split()
+  assert not _wait_gone(int(pgid), 30.0)
+  deadline = time.monotonic() + 10
+  while staged.exists() and time.monotonic() < deadline:
+    time.sleep(0.1)
+  assert not staged.exists() and not pathlib.Path(socket_dir).exists()

@@ -27,10 +27,17 @@ def server_args(backend: str) -> tuple[str, ...]:
   return ("--weight-transfer-config", '{"backend": "%s"}' % backend)
 
 
-def server_env(backend: str) -> tuple[tuple[str, str], ...]:
+def server_env(backend: str, *, tcp: bool = False) -> tuple[tuple[str, str], ...]:
   """Server environment the backend needs: IPC handles arrive pickled over HTTP, which
-  vLLM refuses unless told to accept them (both processes are ours, on one node)."""
-  return (("VLLM_ALLOW_INSECURE_SERIALIZATION", "1"),) if backend == "ipc" else ()
+  vLLM refuses unless told to accept them. Both processes are ours, on one node, and
+  the server's Unix socket sits in a folder only this user can open; on TCP
+  (``tcp``), where anyone who reaches the port could send a pickle, it is refused."""
+  if backend != "ipc":
+    return ()
+  if tcp:
+    raise ValueError("vllm.weight_sync='ipc' unpickles what the server receives: it needs "
+                     "the private Unix socket (vllm.host=''), not TCP")
+  return (("VLLM_ALLOW_INSECURE_SERIALIZATION", "1"),)
 
 
 def make_sender(backend: str, sidecar, **kwargs):

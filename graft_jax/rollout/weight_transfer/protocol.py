@@ -13,8 +13,6 @@ installed vLLM.
 from __future__ import annotations
 
 import base64
-import json
-import urllib.request
 
 from graft_jax.rollout.weight_transfer.plan import WireTensor
 
@@ -62,7 +60,8 @@ def finish(version: int | str | None) -> dict:
 
 class Client:
   """The four weight-transfer calls (plus the prefix-cache reset) over `poster`, anything
-  with ``post(path, body, *, timeout)`` and ``url``, such as ``VLLMSidecar``."""
+  with ``post(path, body, *, timeout)`` and ``get(path, *, timeout)``, such as
+  ``VLLMSidecar`` (which reaches its server's private socket)."""
 
   def __init__(self, poster, *, timeout: float = 600.0):
     self.poster = poster
@@ -90,6 +89,5 @@ class Client:
 
   def world_size(self) -> int:
     """Workers in the server (TP x PP x DP): the NCCL group is these plus the trainer."""
-    url = self.poster.url + "/get_world_size?include_dp=true"
-    with urllib.request.urlopen(url, timeout=self.timeout) as r:
-      return int(json.loads(r.read())["world_size"])
+    return int(self.poster.get("/get_world_size?include_dp=true",
+                               timeout=self.timeout)["world_size"])
