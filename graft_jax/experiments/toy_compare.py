@@ -29,7 +29,7 @@ from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.rollout import JaxSamplerEngine, SamplingParams
 from graft_jax.toy import pair as toy_pair
 from graft_jax.config import run_config as config_lib
-from graft_jax.outputs import cost_totals
+from graft_jax.outputs import cost_totals, progress
 from graft_jax.outputs.metrics_writer import read_jsonl
 from graft_jax.train import methods
 from graft_jax.train.trainer import Trainer
@@ -191,15 +191,24 @@ def method_configs(pair_cfg, overrides=(), *, workdir, seed: int, steps: int | N
       if smoke:
         cd.total_steps = 2
         smoke_overrides(pair_cfg)(cd)
-      # Runs in parallel share the terminal: only the last one draws a progress bar.
-      cd.logging.progress_bar = jobs == 1 or method == list(presets)[-1]
+      # Each run shows its steps: as the bar, or as lines named after it (`run_method`).
+      cd.logging.progress_bar = True
       config_lib.apply_overrides(cd, overrides, flag="--config.")
     cfgs[method] = config_lib.from_config_dict(cd)
   return cfgs
 
 
 def run_method(cfg, pair, pair_cfg, *, eval_k: int, seed: int, num_train_problems: int) -> dict:
-  """One method's run: trains from the pair's initial weights, then evaluates (picklable result)."""
+  """One method's run: trains from the pair's initial weights, then evaluates (picklable result).
+
+  Its progress and log lines are whole lines named after its workdir (``[graft] step 3/80:
+  ...``): the job's runs share one terminal or log."""
+  with progress.shared_output(pathlib.Path(cfg.workdir).name):
+    return _run_method(cfg, pair, pair_cfg, eval_k=eval_k, seed=seed,
+                       num_train_problems=num_train_problems)
+
+
+def _run_method(cfg, pair, pair_cfg, *, eval_k: int, seed: int, num_train_problems: int) -> dict:
   t0 = time.perf_counter()
   problems = train_problems(pair_cfg, num_train_problems, seed)
   names = [p.name for p in config_lib.policy_configs(cfg)]
@@ -216,7 +225,8 @@ def run_method(cfg, pair, pair_cfg, *, eval_k: int, seed: int, num_train_problem
 
 
 def evaluate_initial(pair, pair_cfg, *, eval_k: int, seed: int) -> dict:
-  return evaluate_models(load_pair(pair), pair_cfg, k=eval_k, seed=seed)
+  with progress.shared_output("initial"):
+    return evaluate_models(load_pair(pair), pair_cfg, k=eval_k, seed=seed)
 
 
 STARTED_FILE = "started.json"  # in a run's workdir: the key (pair, step budget) it started for

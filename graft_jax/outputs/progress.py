@@ -6,11 +6,18 @@ validation pass@1. ``phase(text)`` says what a slow phase is doing (compiling,
 validating, building the toy pair): on the bar while one is open, otherwise
 as a console line. Log records go through ``tqdm.write`` so they never break
 the bar.
+
+When several runs write to one terminal or log (the toy job's workers),
+``shared_output(name)`` turns this process's bar, phases and log records into
+whole lines prefixed with the run's name, each one ``write(2)``: the runs' lines
+alternate but never break into each other, and a redirected log reads top to bottom.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import pathlib
 import sys
 import time
@@ -23,6 +30,29 @@ from graft_jax import distributed
 log = logging.getLogger(__name__)
 _active: list[ProgressBar] = []  # the open bar, if any
 _last_line = {"time": 0.0, "text": None}
+_shared = {"name": None}  # the run's name while its output is shared (`shared_output`)
+
+
+@contextlib.contextmanager
+def shared_output(name: str):
+  """While entered, this process's progress and log records are whole lines ``[name] ...``."""
+  before = _shared["name"]
+  _shared["name"] = name
+  try:
+    yield
+  finally:
+    _shared["name"] = before
+
+
+def write_lines(text: str) -> None:
+  """``text`` to stderr, each line prefixed with the run's name, in one ``write(2)``: a
+  pipe or file shared with other processes gets it whole (a pipe takes up to PIPE_BUF,
+  4 KiB, at once; a longer record may still meet another's)."""
+  prefix = f"[{_shared['name']}] "
+  data = "".join(f"{prefix}{line}\n" for line in text.splitlines() or [""]).encode()
+  sys.stderr.flush()  # whatever Python holds goes first, in order
+  while data:
+    data = data[os.write(sys.stderr.fileno(), data):]
 
 
 class ProgressBar:
@@ -35,8 +65,11 @@ class ProgressBar:
 
   def __init__(self, total: int | None, initial: int = 0, *, file=None):
     end_phase()
-    self._bar = tqdm.tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True,
-                          file=file, desc="training")
+    self._total = total
+    # Shared output: a line per step instead of a bar redrawn in place.
+    self._bar = None if _shared["name"] else tqdm.tqdm(
+        total=total, initial=initial, unit="step", dynamic_ncols=True, file=file,
+        desc="training")
     self._val: dict[str, float] = {}
     _active.append(self)
 
@@ -46,18 +79,26 @@ class ProgressBar:
       value = record.get(f"{name}/eval/average")
       if isinstance(value, (int, float)):
         self._val[name] = value
+    if self._bar is None:
+      of = f"/{self._total}" if self._total else ""
+      write_lines(f"step {step + 1}{of}: {headline(record, self._val)}")
+      return
     self._bar.n = step + 1
     self._bar.set_description_str("training", refresh=False)
     self._bar.set_postfix_str(headline(record, self._val), refresh=False)
     self._bar.refresh()
 
   def phase(self, text: str) -> None:
-    self._bar.set_description_str(text, refresh=True)
+    if self._bar is None:
+      _throttled(text)
+    else:
+      self._bar.set_description_str(text, refresh=True)
 
   def close(self) -> None:
     if self in _active:
       _active.remove(self)
-    self._bar.close()
+    if self._bar is not None:
+      self._bar.close()
 
 
 def models_of(record: Mapping[str, Any]) -> list[str]:
@@ -103,11 +144,16 @@ def phase(text: str, *, every_s: float = 10.0) -> None:
   if _active:
     _active[-1].phase(text)
     return
-  if sys.stderr.isatty():
+  if sys.stderr.isatty() and not _shared["name"]:
     sys.stderr.write(f"\r\x1b[K{text}")
     sys.stderr.flush()
     _last_line["text"] = text
     return
+  _throttled(text, every_s)
+
+
+def _throttled(text: str, every_s: float = 10.0) -> None:
+  """Logs ``text`` at INFO at most every ``every_s`` seconds."""
   now = time.monotonic()
   if now - _last_line["time"] >= every_s:
     _last_line["time"] = now
@@ -127,6 +173,9 @@ class TqdmHandler(logging.Handler):
 
   def emit(self, record: logging.LogRecord) -> None:
     try:
+      if _shared["name"]:
+        write_lines(self.format(record))
+        return
       end_phase()
       tqdm.tqdm.write(self.format(record), file=sys.stderr)
     except Exception:  # noqa: BLE001  (logging must never raise)
