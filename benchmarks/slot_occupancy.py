@@ -12,7 +12,8 @@ Both are counted by the same on-device counters in one run. Occupancy is busy
 slot-steps over the slot-steps of the pool sizes that ran (the pool's drain
 halves it, `--shrinks` times at most); "whole pool" counts every step at the
 full size instead. Shrinking changes no decode step count, only each drain
-step's width.
+step's width. "Free slots' KV" is what the rows without a request attend to
+per step (each its own write slot), beside the busy rows' live KV.
 
   .venv/bin/python benchmarks/slot_occupancy.py [--prompts 32 --n 8 --slots 32 --scale 64
       --shrinks 2]
@@ -81,7 +82,8 @@ def main():
     m = engine.last_metrics
     print(f"{name:>12}: occupancy {m['slot_occupancy']:.1%} (whole pool "
           f"{m['slot_occupancy_full_pool']:.1%}), {m['decode_steps']:.0f} decode steps, "
-          f"{m['tokens']:.0f} tokens, live KV {m['live_kv_bytes_per_step'] / 2**10:.1f} KiB/step "
+          f"{m['tokens']:.0f} tokens, live KV {m['live_kv_bytes_per_step'] / 2**10:.1f} KiB/step, "
+          f"free slots' KV {m['idle_kv_bytes_per_step'] / 2**10:.1f} KiB/step "
           f"({seconds:.1f} s, compile included)")
 
 

@@ -70,13 +70,16 @@ def stats_dict(stats) -> dict:
 
 
 def rollout_metrics(roll) -> dict:
-  """Reward and length statistics of one model's rollouts, and its reward's own."""
+  """Reward and length statistics of one model's rollouts, its reward's own and its
+  engine's (``engine``, where the engine measures its calls)."""
   k, n = roll.k_G, roll.n
   out = {"reward_mean": float(roll.rewards_GxN.mean()), "all_fail": float((k == 0).mean()),
          "all_pass": float((k == n).mean()), "response_len": float(roll.batch.lengths_B.mean()),
          "truncated": float(roll.batch.truncated_B.mean())}
   out["reward_stats"] = {k: v for k, v in stats_dict(roll.reward_stats).items()
                          if isinstance(v, (int, float))}
+  if roll.batch.engine_metrics:
+    out["engine"] = dict(roll.batch.engine_metrics)
   return out
 
 

@@ -30,7 +30,9 @@ mean slot occupancy (busy slot-steps over the slot-steps of the pool sizes
 that ran; ``slot_occupancy_full_pool``: over the whole pool at every step, as
 without shrinks) and the live KV bytes the decode attention needs per step
 (the keys and values of every busy row's prompt and response so far, every
-layer).
+layer; ``idle_kv_bytes_per_step``: those a free slot's row attends to, one slot
+each). The batch carries them too (`RolloutBatch.engine_metrics`), so a training
+step logs its rollout call's.
 """
 
 from __future__ import annotations
@@ -190,7 +192,8 @@ class ContinuousSamplerEngine:
         tokens_BxL=np.asarray(out.tokens_RxM, np.int32), mask_BxL=mask_BxL,
         logp_BxL=np.where(mask_BxL, out.logp_RxM, 0.0).astype(np.float32),
         finished_B=finished, truncated_B=~finished,
-        prompt_index_B=np.repeat(np.arange(num, dtype=np.int32), n), n=n)
+        prompt_index_B=np.repeat(np.arange(num, dtype=np.int32), n), n=n,
+        engine_metrics=dict(self.last_metrics))
 
   def call_args(self, state, prompts_PxL, prompt_len_P, budget_R, params: SamplingParams, *,
                 rows: int, n: int) -> tuple[tuple, dict]:
@@ -213,14 +216,16 @@ class ContinuousSamplerEngine:
     return -(-int(tokens) // self.prefill_chunk) * self.prefill_chunk
 
   def _metrics(self, out, lengths) -> dict[str, float]:
-    """The call's tokens generated, mean slot occupancy and live KV bytes per decode step."""
+    """The call's tokens generated, mean slot occupancy and live (and free slots') KV bytes
+    per decode step."""
     iterations = max(1, int(out.iterations))
     per_token = kv_bytes_per_row(self.model_cfg, slots=1, itemsize=self.kv_itemsize)
     busy = float(out.busy_slot_steps)
     return {"tokens": float(lengths.sum()), "decode_steps": float(out.iterations),
             "slot_occupancy": busy / max(1, int(out.pool_slot_steps)),
             "slot_occupancy_full_pool": busy / (iterations * self.slots),
-            "live_kv_bytes_per_step": float(out.live_kv_tokens) * per_token / iterations}
+            "live_kv_bytes_per_step": float(out.live_kv_tokens) * per_token / iterations,
+            "idle_kv_bytes_per_step": float(out.idle_kv_slots) * per_token / iterations}
 
   def compiled_programs(self) -> int:
     """How many programs the pool has compiled in this process (all engines)."""

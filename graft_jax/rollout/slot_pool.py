@@ -68,6 +68,7 @@ class PoolOutput(NamedTuple):
   busy_slot_steps: jax.Array   # int32 sum over steps of the slots decoding a request
   pool_slot_steps: jax.Array   # int32 sum over steps of the pool's slots (busy or not)
   live_kv_tokens: jax.Array    # float32 sum over steps and busy slots of the keys attended
+  idle_kv_slots: jax.Array     # float32 sum over steps and free slots of the span attended
 
 
 class _Pool(NamedTuple):
@@ -234,7 +235,7 @@ def _pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, n, budget_R,
   # Each device writes only its requests' entries: zeros elsewhere, summed at the end.
   out = PoolOutput(jnp.zeros((r, max_new), jnp.int32), jnp.zeros((r, max_new), jnp.float32),
                    jnp.zeros((r,), jnp.int32), jnp.zeros((r,), jnp.int32), jnp.int32(0),
-                   jnp.int32(0), jnp.int32(0), jnp.float32(0))
+                   jnp.int32(0), jnp.int32(0), jnp.float32(0), jnp.float32(0))
   init = _Pool(jnp.int32(0), zeros(jnp.int32), zeros(jnp.int32), zeros(jnp.int32),
                zeros(jnp.int32), zeros(bool),
                jnp.zeros((slots, model.cfg.vocab_size), jnp.float32),
@@ -302,10 +303,13 @@ def _pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, n, budget_R,
     ends_B = busy_B & (eos_B | (step_B >= budget_R[jnp.minimum(req_B, r - 1)]))
     ended_R = jnp.where(ends_B, req_B, r)
     # A free slot's row runs too (the shapes are fixed); it writes at the last slot,
-    # position 0, inside the window (past it RoPE is NaN), and nothing reads it.
+    # position 0, inside the window (past it RoPE is NaN), and nothing reads it. It
+    # attends to that slot alone: its old request's mask would span the window from that
+    # prompt's first slot (a live-span kernel reading every block of it), and a never
+    # admitted slot's empty mask leaves its softmax nothing to normalise.
     index_B = jnp.where(busy_B, pool.base_B + pool.step_B, width - 1)
-    kv_mask_BxS = pool.kv_mask_BxS | (busy_B[:, None]
-                                      & (jnp.arange(width)[None] == index_B[:, None]))
+    write_BxS = jnp.arange(width)[None] == index_B[:, None]
+    kv_mask_BxS = jnp.where(busy_B[:, None], pool.kv_mask_BxS | write_BxS, write_BxS)
     logits_BxV, cache = decode_rows(model, token_B, jnp.where(busy_B, pool.plen_B + pool.step_B, 0),
                                     kv_mask_BxS, pool.cache, index_B)
     out = PoolOutput(
@@ -313,7 +317,9 @@ def _pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, n, budget_R,
         o.finished_R.at[ended_R].set(eos_B.astype(jnp.int32), mode="drop"), o.iterations + 1,
         o.busy_slot_steps + busy_B.sum(dtype=jnp.int32),
         o.pool_slot_steps + size * devices.count,
-        o.live_kv_tokens + jnp.where(busy_B, pool.plen_B + step_B, 0).sum(dtype=jnp.float32))
+        o.live_kv_tokens + jnp.where(busy_B, pool.plen_B + step_B, 0).sum(dtype=jnp.float32),
+        o.idle_kv_slots + jnp.where(busy_B, 0, index_B + 1 - jnp.argmax(kv_mask_BxS, axis=1)).sum(
+            dtype=jnp.float32))
     return pool._replace(step_B=step_B, busy_B=busy_B & ~ends_B, logits_BxV=logits_BxV,
                          kv_mask_BxS=kv_mask_BxS, cache=cache, out=out)
 
@@ -341,4 +347,4 @@ def _pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, n, budget_R,
   return PoolOutput(jnp.where(written_RxM, devices.sum(o.tokens_RxM), pad_id),
                     devices.sum(o.logp_RxM), lengths_R, devices.sum(o.finished_R) > 0,
                     o.iterations, devices.sum(o.busy_slot_steps), o.pool_slot_steps,
-                    devices.sum(o.live_kv_tokens))
+                    devices.sum(o.live_kv_tokens), devices.sum(o.idle_kv_slots))

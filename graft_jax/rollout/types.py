@@ -53,6 +53,8 @@ class RolloutBatch:
     truncated_B: bool, the response hit ``max_new_tokens`` without EOS.
     prompt_index_B: int32, index into the ``prompts`` passed to ``generate``.
     n: samples per prompt.
+    engine_metrics: what the engine measured of this call (the slot pool's tokens,
+      occupancy and KV bytes); a step's metrics log them beside the rollouts'.
   """
 
   tokens_BxL: np.ndarray
@@ -62,6 +64,7 @@ class RolloutBatch:
   truncated_B: np.ndarray
   prompt_index_B: np.ndarray
   n: int
+  engine_metrics: dict = dataclasses.field(default_factory=dict)
 
   @property
   def lengths_B(self) -> np.ndarray:

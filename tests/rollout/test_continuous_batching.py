@@ -112,6 +112,9 @@ def test_metrics_follow_a_schedule_worked_by_hand(model):
     cfg = model.cfg
     per_key = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4  # f32 keys and values
     assert m["live_kv_bytes_per_step"] == pytest.approx(keys * per_key / 5)
+    # A free slot attends to its own write slot alone, not its last request's span (r3's,
+    # slots 11-31): slot 0 at steps 4-5 in the pool of 2, none in the pool of 1.
+    assert m["idle_kv_bytes_per_step"] == pytest.approx((2 - 2 * shrinks) * per_key / 5)
 
 
 @pytest.mark.parametrize("shrinks,pool_slot_steps", [(0, 6 * 4), (1, 4 + 4 + 4 * 2),

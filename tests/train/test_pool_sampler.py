@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from graft_jax.outputs import peer_log
+from graft_jax.outputs.metrics_writer import read_jsonl
 from graft_jax.rollout import ContinuousSamplerEngine, JaxSamplerEngine, SamplingParams
 from graft_jax.train.trainer import Trainer
 from graft_jax.train.validation import Validator
@@ -46,6 +47,16 @@ def test_a_pool_run_trains_on_what_the_static_sampler_draws(tmp_path):
       assert pool and pool == static
       # The same products over a cache padded otherwise: equal up to float32 rounding.
       np.testing.assert_allclose(pool_logp, static_logp, atol=1e-5)
+  # The pool's own measures of each step's call reach metrics.jsonl; the static sampler
+  # measures none.
+  logged = {s: read_jsonl(tmp_path / s / "metrics.jsonl") for s in ("pool", "static")}
+  for step, row in enumerate(logged["pool"]):
+    for name in names:
+      responses, _ = _responses(tmp_path / "pool", name, step)
+      assert row[f"{name}/engine/tokens"] == sum(len(r[2]) for r in responses)
+      assert 0 < row[f"{name}/engine/slot_occupancy"] <= 1
+      assert row[f"{name}/engine/live_kv_bytes_per_step"] > 0
+  assert not any("/engine/" in k for row in logged["static"] for k in row)
   # GRAFT's gate reads the source's sampler log-probs, so the weights carry their
   # rounding, not more.
   for name in names:
