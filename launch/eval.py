@@ -1,4 +1,4 @@
-"""Evaluate one HF-format model folder on a benchmark suite (pass@1 / pass@k).
+"""Evaluate one HF-format model folder (or Hub id) on a benchmark suite (pass@1 / pass@k).
 
   .venv/bin/python launch/eval.py --model=/path/to/hf_model \
       --config=configs/benchmarks.py:/path/to/benchmark_dir \
@@ -15,11 +15,14 @@ from absl import flags
 from graft_jax import cli
 from graft_jax.config import checks as config_checks
 
-_MODEL = flags.DEFINE_string("model", None, "local HF model folder", required=True)
+_MODEL = flags.DEFINE_string("model", None, "local HF model folder, or a Hub id (org/name)",
+                             required=True)
 
 
 def main(cfg):
-  config_checks.check_model_folder("--model", _MODEL.value)
+  from graft_jax.models import hub  # a Hub id: its folder in the Hugging Face cache
+  folder = hub.resolve_field("--model", _MODEL.value).folder
+  config_checks.check_model_folder("--model", folder)
   config_checks.check_writable("output", str(pathlib.Path(cfg.output).absolute().parent))
   # JAX: after the checks.
   from graft_jax import compile_cache, data, eval as eval_lib, models, rewards
@@ -28,8 +31,8 @@ def main(cfg):
   suite, _ = data.load_suite(data.ordered(dict(cfg.benchmarks)),
                              skip_malformed=cfg.skip_malformed, limit=cfg.limit or None)
   compile_cache.enable(cfg.compile_cache_dir)  # other checkpoints of a run share its programs
-  model, _ = models.load_hf(_MODEL.value)
-  tokenizer = models.load_tokenizer(_MODEL.value)
+  model, _ = models.load_hf(folder)
+  tokenizer = models.load_tokenizer(folder)
   engine = JaxSamplerEngine(model, eos_ids=tokenizer.eos_token_id,
                             pad_id=tokenizer.pad_token_id)
   sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens,

@@ -45,9 +45,11 @@ def is_hub_id(path: str) -> bool:
   return bool(_HUB_ID.match(path or "")) and not os.path.exists(path)
 
 
-def resolve(path: str, revision: str = "") -> Resolved:
+def resolve(path: str, revision: str = "", *, repo_type: str = "model",
+            allow_patterns=MODEL_FILES) -> Resolved:
   """The local folder of ``path`` (a folder, or a Hub id at ``revision``: branch, tag or
-  commit; default its main branch), downloading what is not cached yet.
+  commit; default its main branch), downloading what is not cached yet: the files
+  matching ``allow_patterns`` of the ``repo_type`` repo ('model' or 'dataset').
 
   Raises:
     HubError: one line for an unknown id or revision, a gated or private repo without
@@ -60,12 +62,14 @@ def resolve(path: str, revision: str = "") -> Resolved:
   at = f"{path}@{revision}" if revision else path
   try:
     folder = huggingface_hub.snapshot_download(path, revision=revision or None,
-                                               allow_patterns=list(MODEL_FILES))
+                                               repo_type=repo_type,
+                                               allow_patterns=list(allow_patterns))
   except errors.GatedRepoError:
-    raise HubError(f"{path} is gated: accept its terms on https://huggingface.co/{path} and "
+    page = f"https://huggingface.co/{'datasets/' if repo_type == 'dataset' else ''}{path}"
+    raise HubError(f"{path} is gated: accept its terms on {page} and "
                    f"log in (hf auth login, or HF_TOKEN)") from None
   except errors.RepositoryNotFoundError:
-    raise HubError(f"no model {path} on the Hub (a typo, or a private repo: log in with "
+    raise HubError(f"no {repo_type} {path} on the Hub (a typo, or a private repo: log in with "
                    f"hf auth login, or HF_TOKEN)") from None
   except errors.RevisionNotFoundError:
     raise HubError(f"{path} has no revision {revision!r} (a branch, tag or commit)") from None
@@ -100,10 +104,7 @@ def resolve_models(cfg, fields=None):
     if not is_hub_id(path):
       continue
     revision = m.revision or stored.get((field, path), "")
-    try:
-      got = resolve(path, revision)
-    except HubError as e:
-      raise PathError(f"{field}.path", str(e)) from None
+    got = resolve_field(f"{field}.path", path, revision)
     out[field] = dataclasses.replace(m, path=got.folder, revision=got.commit or revision)
     log.info("%s: %s at commit %s (%s)", field, path, got.commit, got.folder)
   if not out:
@@ -120,6 +121,14 @@ def repo_of(path: str) -> str | None:
   if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
     return parts[-3][len("models--"):].replace("--", "/")
   return None
+
+
+def resolve_field(field: str, path: str, revision: str = "") -> Resolved:
+  """`resolve`, its error a ``PathError`` naming ``field`` (a config field or a flag)."""
+  try:
+    return resolve(path, revision)
+  except HubError as e:
+    raise PathError(field, str(e)) from None
 
 
 def describe(path: str, revision: str = "") -> str:

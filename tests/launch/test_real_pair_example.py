@@ -1,6 +1,9 @@
-"""The README's real-pair command, run as written on tiny stand-in folders for 2 steps on CPU."""
+"""The README's real-pair command, run as written for 2 steps on CPU: its Hub ids name tiny
+stand-in models in a Hugging Face cache read offline, and the data its pair config reads are
+small stand-in files (tests/data/test_prepare.py runs launch/prepare_data.py)."""
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -11,10 +14,10 @@ import pytest
 from graft_jax.models import load_hf, load_tokenizer
 from graft_jax.outputs import metrics_writer as metrics
 from tests.launch.conftest import REPO
+from tests.models import hub_cache
 
-# The README's paths -> the stand-ins' keys in `real_pair_files`.
-STAND_INS = {"/models/SmolLM3-3B-Base": "smollm3", "/models/Qwen3-1.7B-Base": "qwen3",
-             "/data/math/train.jsonl": "train", "/data/math/eval": "eval"}
+# The README's Hub ids -> the stand-ins' keys in `real_pair_files`.
+STAND_INS = {"HuggingFaceTB/SmolLM3-3B-Base": "smollm3", "Qwen/Qwen3-1.7B-Base": "qwen3"}
 # CPU-sized shapes; every path the run needs comes from the README's command.
 SMALL = ["--steps=2", "--config.prompts_per_step=4", "--config.num_minibatches=2", "--config.n=2",
          "--config.max_response_len=6", "--config.eval.k=1", "--config.eval.max_examples=1",
@@ -32,18 +35,26 @@ def readme_command() -> list[str]:
 def test_readme_real_pair_example_runs(real_pair_files, tmp_path):
   args = readme_command()
   assert {a.partition("=")[2] for a in args} >= set(STAND_INS), args
-  args = [a.partition("=")[0] + "=" + str(real_pair_files[STAND_INS[a.partition("=")[2]]])
-          if a.partition("=")[2] in STAND_INS else a for a in readme_command()]
+  cache = tmp_path / "hf_home" / "hub"
+  commits = {repo: hub_cache.add_snapshot(cache, repo, real_pair_files[key])
+             for repo, key in STAND_INS.items()}
+  env = dict(os.environ, HF_HOME=str(cache.parent), HF_HUB_OFFLINE="1")
+  # The files launch/prepare_data.py writes under data/, small.
+  data = [f"--config.data.train_path={real_pair_files['train']}",
+          f"--config.eval.data_dir={real_pair_files['eval']}"]
   work = tmp_path / "run"
-  proc = subprocess.run(["bash", *args, *SMALL, f"--workdir={work}",
-                         "--config.checkpoint.export_dtype=bfloat16"], cwd=REPO,
+  proc = subprocess.run(["bash", *args, *data, *SMALL, f"--workdir={work}",
+                         "--config.checkpoint.export_dtype=bfloat16"], cwd=REPO, env=env,
                         capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   records = metrics.read_jsonl(work / "metrics.jsonl")
   assert [r["step"] for r in records] == [0, 1]
   assert "smollm3_3b/eval/average" in records[-1] and "qwen3_1p7b/eval/average" in records[-1]
   cfg = json.loads((work / "config.json").read_text())
-  assert cfg["model_a"]["path"] == str(real_pair_files["smollm3"])
+  smollm3 = commits["HuggingFaceTB/SmolLM3-3B-Base"]
+  assert cfg["model_a"]["path"] == str(
+      cache / f"models--HuggingFaceTB--SmolLM3-3B-Base/snapshots/{smollm3}")
+  assert cfg["model_a"]["revision"] == smollm3  # the weights it trained
   assert cfg["eval"]["data_dir"] == str(real_pair_files["eval"]) and cfg["n"] == 2
   # The closing summary: each model's validation pass@1, then the paths written.
   assert re.search(r"^  smollm3_3b: final \d\.\d{4} \(after step 2\), best", proc.stdout, re.M)

@@ -17,16 +17,19 @@ def git_blob_sha(data: bytes) -> str:
   return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def add_snapshot(hub_cache: Path, repo_id: str, folder: Path, *, ref: str = "main") -> str:
-  """Caches every file of ``folder`` as ``repo_id`` at a commit named after its contents,
-  with ``refs/<ref>`` pointing at it; returns the commit."""
-  repo = hub_cache / f"models--{repo_id.replace('/', '--')}"
+def add_snapshot(hub_cache: Path, repo_id: str, folder: Path, *, ref: str = "main",
+                 repo_type: str = "model") -> str:
+  """Caches every file of ``folder`` as ``repo_id`` (a ``repo_type`` repo: model or dataset)
+  at a commit named after its contents, with ``refs/<ref>`` pointing at it; returns the
+  commit."""
+  repo = hub_cache / f"{repo_type}s--{repo_id.replace('/', '--')}"
   files = sorted(p for p in folder.rglob("*") if p.is_file())
   commit = hashlib.sha1(b"".join(p.read_bytes() for p in files)).hexdigest()
   for p in files:
     data = p.read_bytes()
-    # Weights go through LFS (blob named by sha256), small files by git sha1.
-    blob = hashlib.sha256(data).hexdigest() if p.suffix == ".safetensors" else git_blob_sha(data)
+    # Weights and parquet go through LFS (blob named by sha256), small files by git sha1.
+    blob = (hashlib.sha256(data).hexdigest() if p.suffix in (".safetensors", ".parquet")
+            else git_blob_sha(data))
     (repo / "blobs").mkdir(parents=True, exist_ok=True)
     (repo / "blobs" / blob).write_bytes(data)
     link = repo / "snapshots" / commit / p.relative_to(folder)
