@@ -60,6 +60,8 @@ def resolve(path: str, revision: str = "", *, repo_type: str = "model",
   import huggingface_hub  # deferred: only Hub ids need it
   from huggingface_hub import errors
   at = f"{path}@{revision}" if revision else path
+  # A Hub id is also what a mistyped relative folder looks like.
+  here = f"no folder {path!r} here, and " if repo_type == "model" else ""
   try:
     folder = huggingface_hub.snapshot_download(path, revision=revision or None,
                                                repo_type=repo_type,
@@ -69,7 +71,7 @@ def resolve(path: str, revision: str = "", *, repo_type: str = "model",
     raise HubError(f"{path} is gated: accept its terms on {page} and "
                    f"log in (hf auth login, or HF_TOKEN)") from None
   except errors.RepositoryNotFoundError:
-    raise HubError(f"no {repo_type} {path} on the Hub (a typo, or a private repo: log in with "
+    raise HubError(f"{here}no {repo_type} {path} on the Hub (a typo, or a private repo: log in with "
                    f"hf auth login, or HF_TOKEN)") from None
   except errors.RevisionNotFoundError:
     raise HubError(f"{path} has no revision {revision!r} (a branch, tag or commit)") from None
@@ -77,7 +79,7 @@ def resolve(path: str, revision: str = "", *, repo_type: str = "model",
     raise HubError(f"{at}: the Hugging Face cache holds only part of it and the Hub is out "
                    f"of reach; rerun with network access to finish the download") from None
   except errors.LocalEntryNotFoundError:
-    raise HubError(f"{at} is not in the Hugging Face cache ({_cache_dir()}) and the Hub is "
+    raise HubError(f"{here}{at} is not in the Hugging Face cache ({_cache_dir()}) and the Hub is "
                    f"out of reach ({_why_offline()}); run once with network access to "
                    f"download it") from None
   except errors.HfHubHTTPError as e:

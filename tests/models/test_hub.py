@@ -79,14 +79,14 @@ def _one_line(excinfo) -> str:
 def test_nothing_cached_and_offline_is_one_line(offline):
   with pytest.raises(hub.HubError) as e:
     hub.resolve(REPO)
-  assert _one_line(e) == (f"{REPO} is not in the Hugging Face cache ({offline}) and the Hub is "
+  assert _one_line(e) == (f"no folder '{REPO}' here, and {REPO} is not in the Hugging Face cache ({offline}) and the Hub is "
                           "out of reach (HF_HUB_OFFLINE is set); run once with network access "
                           "to download it")
 
 
 def test_an_uncached_revision_offline_is_one_line(offline, tiny_folder):
   hub_cache.add_snapshot(offline, REPO, tiny_folder)
-  with pytest.raises(hub.HubError, match=rf"^{REPO}@v2 is not in the Hugging Face cache") as e:
+  with pytest.raises(hub.HubError, match=rf"^no folder '{REPO}' here, and {REPO}@v2 is not in the Hugging Face cache") as e:
     hub.resolve(REPO, "v2")
   _one_line(e)
 
@@ -135,7 +135,7 @@ def hub_server(tmp_path, monkeypatch):
 @pytest.mark.parametrize("repo, revision, want", [
     ("org/gated", "", "org/gated is gated: accept its terms on https://huggingface.co/org/gated "
                       "and log in (hf auth login, or HF_TOKEN)"),
-    ("org/missing", "", "no model org/missing on the Hub (a typo, or a private repo: log in "
+    ("org/missing", "", "no folder 'org/missing' here, and no model org/missing on the Hub (a typo, or a private repo: log in "
                         "with hf auth login, or HF_TOKEN)"),
     ("org/revision", "v9", "org/revision has no revision 'v9' (a branch, tag or commit)"),
 ], ids=["gated", "unknown id", "unknown revision"])
@@ -175,7 +175,7 @@ def test_a_run_records_the_commit_it_resolved_and_a_resume_keeps_it(offline, tin
 def test_a_bad_id_names_the_field(offline):
   cd = config_lib.config_dict()
   cd.models = [{"path": "org/absent", "name": "a"}, {"path": REPO, "name": "b"}]
-  with pytest.raises(PathError, match=r"^models\[0\]\.path: org/absent is not in the Hugging"):
+  with pytest.raises(PathError, match=r"^models\[0\]\.path: no folder 'org/absent' here, and org/absent is not in"):
     hub.resolve_models(config_lib.from_config_dict(cd))
 
 
@@ -190,7 +190,7 @@ def test_the_launcher_stops_in_one_line_before_any_model_loads(tmp_path):
   assert done.returncode != 0
   lines = done.stderr.strip().splitlines()
   assert lines[-1].endswith(
-      f"model_a.path: {REPO} is not in the Hugging Face cache ({tmp_path / 'hf_home' / 'hub'}) "
+      f"model_a.path: no folder '{REPO}' here, and {REPO} is not in the Hugging Face cache ({tmp_path / 'hf_home' / 'hub'}) "
       "and the Hub is out of reach (HF_HUB_OFFLINE is set); run once with network access to "
       "download it"), done.stderr[-3000:]
   assert "Traceback" not in done.stderr and not (tmp_path / "run" / "config.json").exists()
