@@ -113,7 +113,11 @@ def pair_config(arg, *, pair, model_a, model_b):
   c.mesh.update(dict(data=1, fsdp=-1, tensor=1))
   c.perf.update(dict(micro_batch_tokens=6144, remat='full', scan_layers=True,
                      attention_impl='auto', sampler_max_kv_bytes=32 * 2**30))
-  # With rollout.sampler=pool: a prompt prefilled 256 tokens a pass. A full pool's
+  # The JAX engine's rollouts from the slot pool (graft_jax.rollout.continuous): a finished
+  # row's slot takes the next waiting one, where the static sampler, the reference engine
+  # (rollout.sampler='static'), decodes each call until its longest row stops.
+  c.rollout.sampler = 'pool'
+  # A prompt prefilled 256 tokens a pass. A full pool's
   # refills mostly prefill one prompt alone, and each pass reads every weight, so
   # passes cost more than the padding of a short prompt to 256 (launch/plan.py:
   # pair 1's step 331 s at 256, 373 s at 64, 524 s at 16).

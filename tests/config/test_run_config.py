@@ -81,6 +81,10 @@ def test_paper_defaults():
   assert (config_lib.EvalConfig().every_steps, config_lib.EvalConfig().k) == (5, 8)
   assert (cfg.eval.every_steps, cfg.eval.k) == (29, 4)
   assert cfg.hacpo.ratio_clamp == (0.1, 10.0)
+  # JAX rollouts from the slot pool; the static sampler stays the field's default, the
+  # reference engine.
+  assert (cfg.engine, cfg.rollout.sampler) == ('jax', 'pool')
+  assert config_lib.RolloutConfig().sampler == 'static'
   # MATH train: 7500 // 128 = 58 full batches per epoch, 3 epochs.
   assert cfg.num_steps(7500) == 174
   assert cfg.model_a.name != cfg.model_b.name
