@@ -78,10 +78,10 @@ def resolve(path: str, revision: str = "", *, repo_type: str = "model",
   except errors.IncompleteSnapshotError:
     raise HubError(f"{at}: the Hugging Face cache holds only part of it and the Hub is out "
                    f"of reach; rerun with network access to finish the download") from None
-  except errors.LocalEntryNotFoundError:
+  except errors.LocalEntryNotFoundError as e:
     raise HubError(f"{here}{at} is not in the Hugging Face cache ({_cache_dir()}) and the Hub is "
-                   f"out of reach ({_why_offline()}); run once with network access to "
-                   f"download it") from None
+                   f"out of reach ({_why_offline(e.__cause__)}); run once with network access "
+                   f"to download it") from None
   except errors.HfHubHTTPError as e:
     raise HubError(f"{at}: the Hub refused the download: {_first_line(e)}") from None
   commit = pathlib.Path(folder).name  # the cache's snapshots/<commit>
@@ -163,9 +163,15 @@ def _cache_dir() -> str:
   return constants.HF_HUB_CACHE
 
 
-def _why_offline() -> str:
-  from huggingface_hub import constants
-  return "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else "no network"
+def _why_offline(cause: BaseException | None) -> str:
+  """Why huggingface_hub fell back to the cache: offline mode, the Hub's own error (a
+  5xx), or no connection."""
+  from huggingface_hub import constants, errors
+  if constants.HF_HUB_OFFLINE:
+    return "HF_HUB_OFFLINE is set"
+  if isinstance(cause, errors.HfHubHTTPError):
+    return f"it answered {_first_line(cause)}"
+  return "no network"
 
 
 def _first_line(e: Exception) -> str:

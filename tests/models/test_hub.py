@@ -5,7 +5,8 @@ a tiny model saved by transformers. huggingface_hub reads HF_HOME and HF_HUB_OFF
 once, at import: in process the fixture sets both the variables and the constants
 they became; the launcher test sets only the variables, in a fresh process.
 
-A gated repo, an unknown id and an unknown revision are answers only the Hub gives.
+A gated repo, an unknown id, an unknown revision and a failing Hub (a 500) are answers
+only the Hub gives.
 They come here from a local server that answers as the Hub does (its status codes
 and X-Error-Code headers), so huggingface_hub's own mapping of a response to its
 exception classes runs; that the Hub still sends those headers cannot be checked
@@ -111,9 +112,11 @@ class _HubAnswers(http.server.BaseHTTPRequestHandler):
 
   def do_GET(self):  # noqa: N802 (http.server's name)
     code, error = {"gated": (401, "GatedRepo"), "missing": (401, "RepoNotFound"),
-                   "revision": (404, "RevisionNotFound")}[self.path.split("/")[4]]
+                   "revision": (404, "RevisionNotFound"), "down": (500, "")
+                   }[self.path.split("/")[4]]
     self.send_response(code)
-    self.send_header("X-Error-Code", error)
+    if error:
+      self.send_header("X-Error-Code", error)
     self.send_header("Content-Length", "0")
     self.end_headers()
 
@@ -138,11 +141,15 @@ def hub_server(tmp_path, monkeypatch):
     ("org/missing", "", "no folder 'org/missing' here, and no model org/missing on the Hub (a typo, or a private repo: log in "
                         "with hf auth login, or HF_TOKEN)"),
     ("org/revision", "v9", "org/revision has no revision 'v9' (a branch, tag or commit)"),
-], ids=["gated", "unknown id", "unknown revision"])
+    ("org/down", "", "no folder 'org/down' here, and org/down is not in the Hugging Face cache "
+                     "({cache}) and the Hub is out of reach (it answered Server error '500 "
+                     "Internal Server Error' for url '{url}/api/models/org/down/revision/main'); "
+                     "run once with network access to download it"),
+], ids=["gated", "unknown id", "unknown revision", "the Hub failing"])
 def test_the_hubs_refusals_are_one_line(hub_server, repo, revision, want):
   with pytest.raises(hub.HubError) as e:
     hub.resolve(repo, revision)
-  assert _one_line(e) == want
+  assert _one_line(e) == want.format(url=constants.ENDPOINT, cache=constants.HF_HUB_CACHE)
 
 
 def test_a_run_records_the_commit_it_resolved_and_a_resume_keeps_it(offline, tiny_folder,
