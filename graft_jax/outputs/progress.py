@@ -51,8 +51,13 @@ def write_lines(text: str) -> None:
   prefix = f"[{_shared['name']}] "
   data = "".join(f"{prefix}{line}\n" for line in text.splitlines() or [""]).encode()
   sys.stderr.flush()  # whatever Python holds goes first, in order
+  try:
+    fd = sys.stderr.fileno()
+  except (AttributeError, OSError, ValueError):  # a stream in memory (pytest's capsys)
+    sys.stderr.write(data.decode())
+    return
   while data:
-    data = data[os.write(sys.stderr.fileno(), data):]
+    data = data[os.write(fd, data):]
 
 
 class ProgressBar:

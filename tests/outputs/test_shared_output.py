@@ -56,3 +56,11 @@ def test_two_runs_share_a_log_line_by_line(tmp_path):
       steps[m[1]].append(int(m[3]))
   assert steps == {"grpo": list(range(1, STEPS + 1)), "graft": list(range(1, STEPS + 1))}
   assert text.count("validating after step") == 2 * STEPS // 5
+
+
+def test_a_stream_without_a_file_gets_the_same_lines(capsys):
+  """sys.stderr replaced by a stream in memory, as a notebook or pytest's capsys does."""
+  from graft_jax.outputs import progress
+  with progress.shared_output("grpo"):
+    progress.write_lines("a\nb")
+  assert capsys.readouterr().err == "[grpo] a\n[grpo] b\n"
