@@ -22,7 +22,8 @@ from graft_jax.config.errors import PathError
 # formats, images, READMEs) is never downloaded.
 MODEL_FILES = ("config.json", "generation_config.json", "*.safetensors",
                "model.safetensors.index.json", "tokenizer*", "special_tokens_map.json",
-               "vocab.json", "merges.txt", "*.model", "chat_template*")
+               "added_tokens.json", "vocab.json", "merges.txt", "*.model", "chat_template*",
+               "*.jinja")
 log = logging.getLogger(__name__)
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
