@@ -1,4 +1,5 @@
-"""The toy benchmark, cells in process, stopped by SIGTERM: no cell failed, nothing final
+"""The toy benchmark stopped by SIGTERM, its cells in process or in subprocesses and the
+signal sent to every process as ``scancel`` sends it: no cell failed, nothing final
 written, exit 75, no process left; the same command then ends as an uninterrupted run."""
 
 import json
@@ -20,9 +21,9 @@ STOP_POINTS = ("first_row", "initial_done", "trained")
 COMPARED = ("pass1", "pass1_t06", "pass1_groups", "diagnostics", "curve", "steps", "eval_k")
 
 
-def _argv(out: pathlib.Path) -> list[str]:
+def _argv(out: pathlib.Path, jobs: int = 1) -> list[str]:
   return [sys.executable, "launch/toy_benchmark.py", "--smoke", "--seeds", "0", "--steps", "2",
-          "--eval-k", "1", "--jobs", "1", "--only", "GRAFT", "--out", str(out),
+          "--eval-k", "1", "--jobs", str(jobs), "--only", "GRAFT", "--out", str(out),
           "--results", str(out / "RESULTS.md"), "--figure", str(out / "curves.png")]
 
 
@@ -40,24 +41,35 @@ def _cell(out: pathlib.Path, cell: str) -> dict:
   return {k: res[k] for k in COMPARED}
 
 
-def test_a_signal_stops_the_benchmark_in_process_and_the_same_command_resumes(tmp_path):
-  ref = tmp_path / "ref"
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+  """The output folder of an uninterrupted run."""
+  ref = tmp_path_factory.mktemp("toy_benchmark_ref")
   done = subprocess.run(_argv(ref), cwd=ROOT, capture_output=True, text=True, timeout=1800)
   assert done.returncode == 0, done.stderr[-4000:]
+  return ref
 
+
+@pytest.mark.parametrize("jobs,everyone", [(1, False), (2, True)],
+                         ids=["in process", "subprocesses, every process signalled"])
+def test_a_signal_stops_the_benchmark_and_the_same_command_resumes(reference, tmp_path, jobs,
+                                                                   everyone):
+  ref = reference
   point = job_processes.draw(STOP_POINTS)
   out = tmp_path / "cut"
-  code, err, seen = job_processes.stopped_at(_argv(out), ROOT, lambda _: _reached(point, out),
-                                             tmp_path / "err.log")
+  code, err, seen = job_processes.stopped_at(_argv(out, jobs), ROOT,
+                                             lambda _: _reached(point, out),
+                                             tmp_path / "err.log", everyone=everyone)
   assert code == cli.STOPPED_EXIT, (point, err[-4000:])
   last = err.splitlines()[-1]
   assert last.startswith("stopped by SIGTERM: ") and "failed" not in err, (point, err[-4000:])
+  assert "second SIGTERM" not in err, (point, err[-4000:])  # the copies were one stop
   assert last.endswith("the same command resumes and reuses the finished ones")
   assert not (out / "benchmark.json").exists() and not (out / "RESULTS.md").exists()
   job_processes.wait_for(lambda: not job_processes.running(seen), "no process of the job left",
                          timeout_s=60)
 
-  again = subprocess.run(_argv(out), cwd=ROOT, capture_output=True, text=True, timeout=1800)
+  again = subprocess.run(_argv(out, jobs), cwd=ROOT, capture_output=True, text=True, timeout=1800)
   assert again.returncode == 0, again.stderr[-4000:]
   for cell in ("initial", "graft"):
     assert _cell(out, cell) == _cell(ref, cell), cell
