@@ -37,7 +37,8 @@ _MARGIN = flags.DEFINE_float("workspace-gib", 4.0, "per device, for CUDA / cuBLA
                              "workspaces and fragmentation")
 _PROCESSES = flags.DEFINE_integer("processes", 1, "trainer processes (for the weight sync's "
                                   "gathers; one per node is usual)")
-_PLATFORM = flags.DEFINE_string("platform", "gpu", "the backend the programs are traced for")
+_PLATFORM = flags.DEFINE_enum("platform", "gpu", ["cpu", "gpu", "tpu"],
+                              "the backend the programs are traced for")
 _PEAK = flags.DEFINE_float("peak-tflops", 989.0, "dense bf16 peak per device (H200: 989)")
 _HBM = flags.DEFINE_float("hbm-tbps", 4.8, "HBM bandwidth per device, TB/s (H200: 4.8)")
 _PROMPT = flags.DEFINE_float("mean-prompt-tokens", 256, "mean prompt length (MATH: a few hundred)")

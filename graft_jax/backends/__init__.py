@@ -14,40 +14,53 @@ import contextlib
 
 import jax
 import jax.numpy as jnp
+from jax._src import config as jax_config  # a setting in the jit cache key: `traced_for`
 
 from graft_jax.backends import cpu, gpu, tpu
 
 
-_TARGET: list[tuple[str, bool]] = []  # (backend, lowering) set by `traced_for`
+# The backend `traced_for` names, and whether programs are only lowered for it: a JAX
+# setting in the jit cache's key, so a function jitted once and traced again for another
+# target is traced again (a cached trace of one target never stands in for another).
+_BACKENDS = ("cpu", "gpu", "tpu")
+_TARGET = jax_config.enum_state(
+    name="graft_jax_traced_for",
+    enum_values=["", *_BACKENDS, *(f"{b}:lowering" for b in _BACKENDS)], default="",
+    help="The backend graft_jax traces programs for (graft_jax.backends.traced_for).",
+    include_in_jit_key=True, include_in_trace_context=True)
+
+
+def _target() -> tuple[str, bool]:
+  """(backend, lowering) of the innermost `traced_for`; ('', False) outside one."""
+  name, _, lowering = _TARGET.value.partition(":")
+  return name, bool(lowering)
 
 
 def platform() -> str:
   """The backend programs are traced for: 'cpu', 'gpu' or 'tpu' (JAX's default
   backend, or the one `traced_for` names)."""
-  return _TARGET[-1][0] if _TARGET else jax.default_backend()
+  return _target()[0] or jax.default_backend()
 
 
 @contextlib.contextmanager
 def traced_for(name: str, *, lowering: bool = False):
-  """Programs traced inside are traced as for backend ``name``: a planner on a CPU
-  compiles a GPU run's programs without the CPU-only code. With ``lowering`` the
-  programs are only lowered for that backend's hardware (``jax.export`` with
-  ``platforms=``), never run here, so its Pallas kernels are traced as that hardware
-  runs them (`kernels_native`) rather than in Pallas's interpreter."""
-  _TARGET.append((name, lowering))
-  try:
+  """Programs traced inside are traced as for backend ``name`` ('cpu', 'gpu' or 'tpu'):
+  a planner on a CPU compiles a GPU run's programs without the CPU-only code. With
+  ``lowering`` the programs are only lowered for that backend's hardware (``jax.export``
+  with ``platforms=``), never run here, so its Pallas kernels are traced as that
+  hardware runs them (`kernels_native`) rather than in Pallas's interpreter. The target
+  is part of every jitted function's cache key."""
+  if name not in _BACKENDS:
+    raise ValueError(f"traced_for takes one of {_BACKENDS}, got {name!r}")
+  with _TARGET(f"{name}:lowering" if lowering else name):
     yield
-  finally:
-    _TARGET.pop()
 
 
 def kernels_native() -> bool:
   """Whether a Pallas kernel written for `platform()` is traced for its hardware (True)
   or for Pallas's interpreter (False): native where the programs run on that backend,
   or are lowered for it (`traced_for` with ``lowering``)."""
-  if _TARGET and _TARGET[-1][1]:
-    return True
-  return platform() == jax.default_backend()
+  return _target()[1] or platform() == jax.default_backend()
 
 
 def packed_attention_kernel(dtype, head_dim: int, *, capability: str | None = None) -> str:
@@ -74,7 +87,7 @@ def packed_attention_kernel(dtype, head_dim: int, *, capability: str | None = No
 def _local_cuda_capability() -> str | None:
   """This machine's first CUDA GPU's compute capability where programs are traced for
   it and run here with cuDNN >= 9.6 (JAX's packed layout's own floor), else None."""
-  if platform() != "gpu" or jax.default_backend() != "gpu" or (_TARGET and _TARGET[-1][1]):
+  if platform() != "gpu" or jax.default_backend() != "gpu" or _target()[1]:
     return None
   device = jax.local_devices(backend="gpu")[0]
   if "cuda" not in device.client.platform_version.lower():

@@ -236,8 +236,8 @@ def lower(cfg, program: str, mc: ModelConfig, platform: str, *,
   ``as_h100`` a GPU's questions about itself answered as an H100's (`h100_cudnn`)."""
   with (backends.traced_for(PLATFORMS[platform], lowering=True),
         h100_cudnn() if as_h100 else contextlib.nullcontext()):
-    # A jitted function's traces are cached by its arguments, not by the target they
-    # were traced for: another target's trace of the same call would be reused.
+    # The target is in the jit cache's key (`traced_for`), cuDNN's answers to a GPU's
+    # questions are not: a trace made with or without them must not be reused.
     jax.clear_caches()
     fn, args, kw = build(cfg, program, mc)
     return export.export(fn, platforms=[platform], disabled_checks=[

@@ -140,3 +140,25 @@ def test_packed_attention_kernel_with_no_gpu_known_is_pallas(lowering):
     assert backends.packed_attention_kernel(jnp.bfloat16, 128) == "pallas"
     assert backends.packed_attention_kernel(jnp.bfloat16, 128, capability="9.0") == (
         "cudnn_packed")
+
+
+def test_a_jitted_function_is_traced_again_for_another_target():
+  """The target is in the jit cache's key: a trace for one backend never stands in for
+  another's, and going back finds the first trace cached."""
+  traces = []
+
+  @jax.jit
+  def which(x):
+    traces.append(backends.platform())
+    return x + {"cpu": 1.0, "gpu": 2.0, "tpu": 3.0}[backends.platform()]
+
+  assert float(which(0.0)) == 1.0
+  with backends.traced_for("gpu"):
+    assert float(which(0.0)) == 2.0
+    with backends.traced_for("tpu", lowering=True):
+      assert backends.kernels_native() and float(which(0.0)) == 3.0
+  assert float(which(0.0)) == 1.0
+  assert traces == ["cpu", "gpu", "tpu"]
+  with pytest.raises(ValueError, match="one of"):
+    with backends.traced_for("cuda"):
+      pass
