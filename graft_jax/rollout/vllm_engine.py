@@ -341,7 +341,8 @@ class VLLMEngine:
     mine = (self._to_batch(outs, n, params.max_new_tokens) if self._serves
             else self._to_batch([{"choices": []}] * len(prompts), n, params.max_new_tokens,
                                 check=False))
-    fields = {f.name: getattr(mine, f.name) for f in dataclasses.fields(mine) if f.name != "n"}
+    fields = {f.name: getattr(mine, f.name) for f in dataclasses.fields(mine)
+              if f.name not in ("n", "engine_metrics")}  # arrays only; vLLM measures none
     return RolloutBatch(**distributed.from_writer(fields), n=n)
 
   def _body(self, prompt, n: int, params: SamplingParams, seed: int) -> dict:

@@ -99,9 +99,9 @@ def test_vllm_places_a_server_per_model_past_the_pair():
       ("vllm.gpus.model_a", "toy_a", (1,)), ("vllm.gpus.model_b", "toy_b", (2,)),
       ("vllm.gpus.more[0]", "toy_c", (3, 4))]
   assert setup.placement_options(cfg, (3, 4)) == {
-      "host": "127.0.0.1", "tensor_parallel_size": 2, "env": (("CUDA_VISIBLE_DEVICES", "3,4"),)}
+      "host": "", "tensor_parallel_size": 2, "env": (("CUDA_VISIBLE_DEVICES", "3,4"),)}
   unplaced = config_lib.from_config_dict(three(engine="vllm"))  # every server sees every GPU
-  assert setup.placement_options(unplaced, ()) == {"host": "127.0.0.1"}
+  assert setup.placement_options(unplaced, ()) == {"host": ""}
 
 
 def test_vllm_placement_of_a_third_model_is_checked_by_its_field():

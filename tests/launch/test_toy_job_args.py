@@ -19,7 +19,8 @@ def test_config_flags_set_both_methods_after_the_jobs_own(tmp_path):
     assert (cfg.method, cfg.workdir, cfg.seed) == (method, str(tmp_path / method), 3)
     assert (cfg.optimizer.lr, cfg.graft.delta, cfg.total_steps) == (3e-4, 0.9, 7)
     assert cfg.checkpoint.resume is True  # toy_compare.resume_or_start decides per run
-  assert [c.logging.progress_bar for c in cfgs.values()] == [False, True]
+  # Each run shows its steps, in whole lines named after it (`progress.shared_output`).
+  assert [c.logging.progress_bar for c in cfgs.values()] == [True, True]
   smoke = toy_compare.method_configs(toy.tiny_config(), workdir=tmp_path, seed=0, smoke=True)
   assert {(c.total_steps, c.prompts_per_step) for c in smoke.values()} == {(2, 8)}
 

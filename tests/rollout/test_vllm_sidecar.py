@@ -36,6 +36,7 @@ FAKE_SERVER = textwrap.dedent("""
         def do_GET(self):
             self.send_response(200); self.end_headers()
         def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
             body = b'{"auth": "%s"}' % self.headers.get("Authorization", "").encode()
             self.send_response(200); self.end_headers(); self.wfile.write(body)
         def log_message(self, *a):
