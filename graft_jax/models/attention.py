@@ -261,6 +261,17 @@ def resolve_impl(impl: str, *, dtype, head_dim: int, length: int, block: int = 5
   return "dense" if length <= block else "blocked"
 
 
+def packed_kernel(impl: str, *, dtype, head_dim: int, length: int, block: int = 512,
+                  backend: str | None = None) -> str:
+  """The kernel packed rows (segment ids) of ``length`` attend in under ``impl``: where
+  it resolves to 'cudnn', the one `graft_jax.backends.packed_attention_kernel` picks
+  ('cudnn_packed' or 'pallas'), elsewhere the resolved implementation itself ('splash',
+  'blocked' or 'dense')."""
+  chosen = resolve_impl(impl, dtype=dtype, head_dim=head_dim, length=length, block=block,
+                        backend=backend)
+  return backends.packed_attention_kernel(dtype, head_dim) if chosen == "cudnn" else chosen
+
+
 def describe_impl(impl: str, *, dtype, head_dim: int, length: int, block: int = 512,
                   backend: str | None = None) -> str:
   """One line for the run's log: what ``impl`` runs as on this backend, and why (with

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from graft_jax.models.attention import ATTENTION_IMPLS
+from graft_jax.models.attention import ATTENTION_IMPLS, packed_kernel
 from graft_jax.models.config import ModelConfig
 from graft_jax.models import layer_storage
 from graft_jax.models.layer_stack import REMAT_POLICIES, run_blocks, scan_period, scan_stacks
@@ -149,6 +149,13 @@ class Decoder(nnx.Module):
   @property
   def decode_attention(self) -> str:
     return self._blocks()[0].attn.decode_attention
+
+  def packed_attention(self, length: int) -> str:
+    """The kernel its packed rows of ``length`` attend in (`attention.packed_kernel`):
+    a run records it in its metrics (``<model>/packed_attention``)."""
+    attn = self._blocks()[0].attn
+    return packed_kernel(attn.attention_impl, dtype=self.dtype, head_dim=self.cfg.head_dim,
+                         length=length, block=attn.attention_block)
 
   def _blocks(self):
     """The blocks as stored: one per layer, or the stacks (`layer_storage`)."""

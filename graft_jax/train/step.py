@@ -99,6 +99,7 @@ def _train_step(cfg, policies: dict, problems, reward_fn, key, *, method, epoch:
     metrics[name] = step_metrics.rollout_metrics(roll)
     metrics[name].update(step_metrics.built_metrics(built).get(name, {}))
 
+  cap = cfg.max_prompt_len + cfg.max_response_len
   for i, (name, (rows, _)) in enumerate(built.items()):
     order = minibatches(rows, len(problems), method, cfg.ppo_epochs,
                         jax.random.fold_in(key, 3000 + i))
@@ -111,6 +112,7 @@ def _train_step(cfg, policies: dict, problems, reward_fn, key, *, method, epoch:
     timings[f"{name}/update_s"] = time.perf_counter() - t0
     metrics[name].update(step_metrics.logp_mismatch(scored, updates),
                          old_logp_rows_scored=scored["old_logp_rows_scored"], update=updates,
-                         old_logp=step_metrics.scoring_metrics(old_logp_calls))
+                         old_logp=step_metrics.scoring_metrics(old_logp_calls),
+                         packed_attention=policies[name].model.packed_attention(cap))
   metrics["cost"] = cost.step_cost(cfg, {n: policies[n] for n in rolls}, metrics)
   return metrics, rolls

@@ -24,12 +24,10 @@ import time
 import jax
 import numpy as np
 
-from graft_jax import distributed
+from graft_jax import distributed, preemption
 from graft_jax.config import checks as config_checks
 from graft_jax.config import run_config as config_lib
-from graft_jax.outputs import metrics_file, progress, storage, workdir_runs
-from graft_jax.outputs import peer_log
-from graft_jax import preemption
+from graft_jax.outputs import metrics_file, peer_log, progress, storage, workdir_runs
 from graft_jax.train import methods, run_inputs
 from graft_jax.outputs.checkpoint import Checkpointer
 from graft_jax.train.data_stream import PromptStream

@@ -173,6 +173,23 @@ def test_the_log_line_names_the_packed_kernel():
                                                      length=6144, backend="tpu")
 
 
+def test_a_decoder_names_the_kernel_its_packed_rows_run_in():
+  """`Decoder.packed_attention`, which a run records in its metrics: the backend's
+  choice for 'auto' (the door's on a GPU), an explicit implementation as set."""
+  cfg = ModelConfig(model_type="qwen3", vocab_size=61, hidden_size=64, intermediate_size=48,
+                    num_layers=1, num_heads=4, num_kv_heads=2, head_dim=32)
+  model = init_model(cfg, rngs=nnx.Rngs(0), dtype=jnp.bfloat16)
+  model.set_memory_options(attention="auto", attention_block=64)
+  assert (model.packed_attention(64), model.packed_attention(65)) == ("dense", "blocked")
+  with backends.traced_for("tpu"):
+    assert model.packed_attention(6144) == "splash"
+  with backends.traced_for("gpu", lowering=True):
+    assert model.packed_attention(6144) == "pallas"  # no GPU known here
+  model.set_memory_options(attention="blocked")
+  with backends.traced_for("gpu"):
+    assert model.packed_attention(6144) == "blocked"
+
+
 @pytest.mark.parametrize("capability,want", [(None, {TRITON}),
                                              ("9.0", {CUDNN_FWD, CUDNN_BWD, TRITON})])
 def test_a_decoders_gradient_over_packed_rows_lowers_for_cuda(h100, monkeypatch, capability,

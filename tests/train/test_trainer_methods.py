@@ -161,6 +161,7 @@ def test_baselines_run_and_log(method, tmp_path):
       assert rec[f"{name}/all_fail"] == pytest.approx(np.mean(k == 0))
       assert np.isfinite(rec[f"{name}/update/loss"])
       assert rec[f"{name}/update/minibatch_updates"] == 2
+      assert rec[f"{name}/packed_attention"] == "dense"  # 'auto' on a CPU, short rows
   if method == "sgt":
     _, k_a = logged_counts(tmp_path, "toy_a", 0)
     _, k_b = logged_counts(tmp_path, "toy_b", 0)
