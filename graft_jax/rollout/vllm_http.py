@@ -30,7 +30,7 @@ def request(method: str, path: str, body: bytes | None, *, timeout: float,
             socket_path: str | None = None, host: str = "", port: int = 0,
             token: str = "") -> tuple[int, bytes]:
   """(status, body) of one JSON request to the server at ``socket_path``, else at
-  ``host:port``; ``token``: the bearer token of a TCP server's ``/v1`` routes."""
+  ``host:port``; ``token``: the bearer token every route of a TCP server asks for."""
   conn = (UnixConnection(socket_path, timeout) if socket_path
           else http.client.HTTPConnection(host, port, timeout=timeout))
   headers = {"Content-Type": "application/json"}

@@ -8,8 +8,9 @@ trainer needs (``/collective_rpc``, the weight-transfer routes, which with the
 ``ipc`` sync unpickle their input) take no token, so only this user may
 connect. ``SidecarOptions.host`` opts into TCP instead (another node's client),
 with a warning: a random token (``VLLM_API_KEY``, in the environment, not on
-the command line ``ps`` shows) then guards the ``/v1`` routes, vLLM guards no
-others, and the ``ipc`` sync is refused.
+the command line ``ps`` shows) then guards every route (vLLM's own check guards
+only ``/v1``; ``server_path/graft_jax_token_guard.py`` the rest), and the ``ipc``
+sync is refused.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ log = logging.getLogger(__name__)
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 _WATCHDOG = pathlib.Path(__file__).with_name("vllm_watchdog.py")
+# On a TCP server's PYTHONPATH: a folder holding the token guard alone (this one's
+# types.py would shadow the standard library's).
+GUARD_PATH = pathlib.Path(__file__).with_name("server_path")
+GUARD = "graft_jax_token_guard.TokenGuard"
 _LIVE: "weakref.WeakSet[VLLMSidecar]" = weakref.WeakSet()
 # A traceback's last line, bare or in an ERROR record ("(Worker pid=7) ERROR 11-29
 # 21:42:04 [file.py:9] RuntimeError: ..."); EngineDeadError only points elsewhere.
@@ -82,7 +87,7 @@ class SidecarOptions:
   server_module: str = SERVER_MODULE
   stop_grace_s: float = 15.0
   # "": a Unix socket in a private folder (module docstring). An address opts into TCP,
-  # token-guarded /v1 routes only; clients on this node still use loopback.
+  # every route token-guarded; clients on this node still use loopback.
   host: str = ""
   # The NCCL library the server loads for weight pushes (VLLM_NCCL_SO_PATH); "" = its
   # torch's own.
@@ -210,7 +215,7 @@ class VLLMSidecar:
     self.log_path = self.run_dir / "server.log"
     self.port = 0
     self.socket_dir: pathlib.Path | None = None  # private; a new one per start
-    self.token = ""  # TCP only: the /v1 routes' bearer token
+    self.token = ""  # TCP only: every route's bearer token
     self.cleanup_dirs: tuple[pathlib.Path, ...] = ()  # the watchdog removes these if we die
     self.proc: subprocess.Popen | None = None
     self.starts = 0
@@ -248,7 +253,7 @@ class VLLMSidecar:
 
   def command(self) -> list[str]:
     o = self.options
-    where = (["--host", o.host, "--port", str(self.port)] if o.host
+    where = (["--host", o.host, "--port", str(self.port), "--middleware", GUARD] if o.host
              else ["--uds", str(self.socket_path)])
     args = [
         "--model", str(self.model_dir), "--served-model-name", self.name, *where,
@@ -303,10 +308,9 @@ class VLLMSidecar:
     if self.options.host:
       self.port = free_port()
       self.token = self.token or secrets.token_urlsafe(32)
-      log.warning("%s: vLLM listens on TCP %s:%d (vllm.host): its /v1 routes take a token, "
-                  "but any process that reaches the port can call its other routes "
-                  "(weight reloads); leave vllm.host empty for a private Unix socket",
-                  self.name, self.options.host, self.port)
+      log.warning("%s: vLLM listens on TCP %s:%d (vllm.host): every route takes a token, "
+                  "but the traffic, weights included, is unencrypted; leave vllm.host empty "
+                  "for a private Unix socket", self.name, self.options.host, self.port)
     else:  # short: a socket's path has at most 107 bytes
       self.socket_dir = pathlib.Path(tempfile.mkdtemp(prefix="graft_jax-vllm-"))
       self.cleanup_dirs = (*self.cleanup_dirs, self.socket_dir)
@@ -329,7 +333,7 @@ class VLLMSidecar:
     """What the server's environment sets beyond `server_env`'s defaults."""
     o = self.options
     nccl = (("VLLM_NCCL_SO_PATH", os.path.abspath(o.nccl_library)),) if o.nccl_library else ()
-    token = (("VLLM_API_KEY", self.token),) if self.token else ()
+    token = (("VLLM_API_KEY", self.token), ("PYTHONPATH", str(GUARD_PATH))) if self.token else ()
     return nccl + tuple(o.env) + token
 
   def wait_ready(self) -> None:
