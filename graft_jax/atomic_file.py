@@ -9,9 +9,22 @@ the folder is synced too, so the rename itself survives a power cut.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pathlib
 import secrets
+
+_CHUNK = 1 << 20
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+  """The sha256 of a file's bytes, read in chunks (a checkpoint's files can be gigabytes):
+  the one digest the checkpoint manifests and the prepared data sets record."""
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    while chunk := f.read(_CHUNK):
+      h.update(chunk)
+  return h.hexdigest()
 
 
 def fsync_dir(path: str | os.PathLike) -> None:

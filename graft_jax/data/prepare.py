@@ -20,7 +20,7 @@ import logging
 import math
 import pathlib
 
-from graft_jax.atomic_file import write_atomically
+from graft_jax.atomic_file import file_sha256, write_atomically
 from graft_jax.data.rows import DataError, read_rows
 from graft_jax.rewards import extract
 
@@ -96,7 +96,7 @@ def prepare(source: Source, root: str | pathlib.Path, *, check_answers=None) -> 
   path = root / source.out
   recorded = read_manifest(root).get(source.name)
   want = source.sha256 or (recorded or {}).get("sha256")  # a pin in the code comes first
-  if recorded and path.is_file() and _sha256(path.read_bytes()) == want == recorded["sha256"]:
+  if recorded and path.is_file() and file_sha256(path) == want == recorded["sha256"]:
     return Prepared(source.name, path, recorded["commit"], recorded["rows"],
                     recorded["dropped"], skipped=True)
   if recorded and path.is_file():
@@ -116,7 +116,7 @@ def prepare(source: Source, root: str | pathlib.Path, *, check_answers=None) -> 
                        f"nothing written")
   out, dropped = convert(source, rows, check_answers=check_answers)
   data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out)
-  digest = _sha256(data.encode("utf-8"))
+  digest = hashlib.sha256(data.encode("utf-8")).hexdigest()
   if source.sha256 and digest != source.sha256:
     raise PrepareError(f"{source.name}: content sha256 {digest} differs from the pinned "
                        f"{source.sha256}; nothing written")
@@ -211,7 +211,3 @@ def read_manifest(root: str | pathlib.Path) -> dict:
 
 def write_manifest(root: str | pathlib.Path, manifest: dict) -> None:
   write_atomically(pathlib.Path(root, MANIFEST), json.dumps(manifest, indent=1) + "\n")
-
-
-def _sha256(data: bytes) -> str:
-  return hashlib.sha256(data).hexdigest()

@@ -8,14 +8,12 @@ atomically, last. `verify` compares the folder with it before a restore.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import pathlib
 
-from graft_jax.atomic_file import write_atomically
+from graft_jax.atomic_file import file_sha256, write_atomically
 
 MANIFEST = "graft_manifest.json"
-_CHUNK = 1 << 20
 
 
 def _files(step_dir: pathlib.Path) -> list[str]:
@@ -23,19 +21,11 @@ def _files(step_dir: pathlib.Path) -> list[str]:
                 if p.is_file() and p.name != MANIFEST)
 
 
-def _digest(path: pathlib.Path) -> str:
-  h = hashlib.sha256()
-  with open(path, "rb") as f:
-    while chunk := f.read(_CHUNK):
-      h.update(chunk)
-  return h.hexdigest()
-
-
 def write(step_dir) -> None:
   """Records the size and sha256 of every file in ``step_dir`` (compact JSON: a changed byte
   anywhere in the manifest itself changes what it says, so it is caught too)."""
   step_dir = pathlib.Path(step_dir)
-  files = {name: [(step_dir / name).stat().st_size, _digest(step_dir / name)]
+  files = {name: [(step_dir / name).stat().st_size, file_sha256(step_dir / name)]
            for name in _files(step_dir)}
   write_atomically(step_dir / MANIFEST, json.dumps({"files": files}, separators=(",", ":"),
                                                    sort_keys=True))
@@ -60,7 +50,7 @@ def verify(step_dir) -> str | None:
       path = step_dir / name
       if path.stat().st_size != size:
         return f"{name} is {path.stat().st_size} bytes, {size} when saved"
-      if _digest(path) != digest:
+      if file_sha256(path) != digest:
         return f"{name} changed since it was saved (sha256 differs)"
   except (OSError, ValueError, KeyError, TypeError) as e:
     return f"its manifest cannot be read ({type(e).__name__}: {e})"
