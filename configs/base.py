@@ -91,8 +91,10 @@ def set_models(c, models):
 def pair_config(arg, *, pair, model_a, model_b):
   """A real pair with the paper's hyperparameters; (path, name) per model.
 
-  Model folders and data files are local paths (nothing is downloaded); edit
-  them here or override with `--config.model_a.path=...`.
+  Each model is a local folder or a Hub id (downloaded once, then reused
+  offline; `model_a.revision` pins a commit); data files are local paths, as
+  `launch/prepare_data.py` writes them. Edit them here or override with
+  `--config.model_a.path=...`.
   """
   c = defaults()
   preset = apply_presets(c, arg)

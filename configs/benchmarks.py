@@ -1,6 +1,7 @@
 """The evaluation suite: benchmark names -> local files, and eval sampling.
 
-Usage: ``--config=configs/benchmarks.py`` (files under ./data/benchmarks) or
+Usage: ``--config=configs/benchmarks.py`` (files under ./data/eval, where
+``launch/prepare_data.py`` writes them) or
 ``--config=configs/benchmarks.py:/my/dir``; override one file with
 ``--config.benchmarks.AIME24=/elsewhere/aime24.parquet``. Files are MATH-format
 jsonl/json/parquet (see graft_jax/data/loaders.py). Settings are the paper's:
@@ -11,7 +12,7 @@ import ml_collections
 
 from graft_jax.config.run_config import PerfConfig
 
-DEFAULT_ROOT = "data/benchmarks"
+DEFAULT_ROOT = "data/eval"
 FILES = {
     "MATH500": "math500.jsonl",
     "AIME24": "aime24.jsonl",

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Paper pair smollm3_qwen3: GRAFT by default; pass a method preset as $1 (e.g. grpo16, hacpo, sgt, replay).
-# Model folders and data paths are config fields; a run needs all four, e.g.
-#   launch/train_smollm3_qwen3.sh graft --config.model_a.path=/models/A --config.model_b.path=/models/B \
-#       --config.data.train_path=/data/math/train.jsonl --config.eval.data_dir=/data/math/eval
-# (eval.data_dir holds math500.jsonl, aime24.jsonl, aime25.jsonl, amc23.jsonl, minerva.jsonl).
+# Each model is a local folder or a Hub id (--config.model_a.path=..., model_a.revision pins a
+# commit); the data is read from data/math/train.jsonl and data/eval/ as
+# launch/prepare_data.py writes them (override data.train_path and eval.data_dir), e.g.
+#   launch/train_smollm3_qwen3.sh graft --config.model_a.path=/models/A --config.model_b.path=org/model-b
 set -euo pipefail
 cd "$(dirname "$0")/.."
 method=graft
