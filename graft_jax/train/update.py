@@ -37,7 +37,7 @@ import optax
 from flax import nnx
 
 from graft_jax.core import finite
-from graft_jax.distributed import to_global
+from graft_jax import backends, distributed
 from graft_jax.models import token_logprobs
 from graft_jax.sharding import batch_shards, batch_sharding
 from graft_jax.packing import length_packing
@@ -51,12 +51,12 @@ CPU_MICRO_BATCH_TOKENS = 640
 
 
 def micro_batch_budget(configured: int) -> int:
-  """Tokens per device per micro-batch: ``configured``, or for 0 the backend's choice:
-  `CPU_MICRO_BATCH_TOKENS` on a CPU, no split elsewhere (an accelerator fills up
-  with the whole minibatch; launch/plan.py says what fits)."""
+  """Tokens per device per micro-batch: ``configured``, or for 0 the choice of the backend
+  programs are traced for (`backends.platform`, a planner's target under `traced_for`):
+  `CPU_MICRO_BATCH_TOKENS` on a CPU, no split elsewhere (launch/plan.py says what fits)."""
   if configured:
     return configured
-  return CPU_MICRO_BATCH_TOKENS if jax.default_backend() == "cpu" else 0
+  return CPU_MICRO_BATCH_TOKENS if backends.platform() == "cpu" else 0
 
 
 def make_optimizer(opt) -> optax.GradientTransformation:
@@ -276,7 +276,7 @@ def update(policy, params, opt_state, batch, loss, update_index, *, micro_batch_
         scalars_S["share"][:len(entries)] = share_M[entries]
         if mesh is not None:  # each process hands over only the rows its devices hold
           stack, scalars_S = jax.tree.map(
-              lambda v: to_global(v, batch_sharding(mesh, ndim=v.ndim, row_dim=1)),
+              lambda v: distributed.to_global(v, batch_sharding(mesh, ndim=v.ndim, row_dim=1)),
               (stack, scalars_S))
         acc, metrics = grad_fn(params, acc, stack, scalars_S, np.int32(len(entries)),
                                update_index)

@@ -12,6 +12,7 @@ import optax
 import pytest
 from flax import nnx
 
+from graft_jax import backends
 from graft_jax.models import ModelConfig, init_model, token_logprobs
 from graft_jax.train import update
 from graft_jax.train.methods.base import ClippedTokenLoss
@@ -204,3 +205,14 @@ def test_the_micro_batch_budget_is_the_configs_or_the_backends():
   assert update.micro_batch_budget(1536) == 1536
   want = update.CPU_MICRO_BATCH_TOKENS if jax.default_backend() == "cpu" else 0
   assert update.micro_batch_budget(0) == want
+
+
+@pytest.mark.parametrize("target,want", [("cpu", update.CPU_MICRO_BATCH_TOKENS), ("gpu", 0),
+                                         ("tpu", 0)])
+def test_the_micro_batch_budget_is_the_targets(target, want):
+  """Planned or lowered for another backend (`backends.traced_for`), the budget is that
+  backend's, whatever this machine is: a GPU run planned on a CPU splits nothing."""
+  for lowering in (False, True):
+    with backends.traced_for(target, lowering=lowering):
+      assert update.micro_batch_budget(0) == want
+      assert update.micro_batch_budget(1536) == 1536
