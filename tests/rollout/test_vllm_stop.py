@@ -3,11 +3,12 @@ left, and the rerun resumes exactly.
 
 ``scancel``, a systemd unit's stop and a container's stop send SIGTERM to every process at
 once: the trainer, each server's watchdog, the servers and their engine processes. Sent
-while the first model samples, or while its new weights go to its server after the
-update (drawn, as ``tests/experiments/job_processes.draw`` draws), the run must save its
-last completed step, exit 75 within 10 s of the signal (SLURM's and Kubernetes' default
-kill grace is 30 s, Docker's 10 s), leave no process, staged-weights folder or socket
-folder behind, and, run again, end with the parameters of an uninterrupted run.
+while the first model samples, while its new weights go to its server after the update,
+or while orbax writes a checkpoint (drawn, as ``tests/experiments/job_processes.draw``
+draws), the run must save its last completed step, exit 75 within 10 s of the signal
+(SLURM's and Kubernetes' default kill grace is 30 s, Docker's 10 s), leave no process,
+staged-weights folder or socket folder behind, and, run again, end with the parameters
+of an uninterrupted run.
 """
 
 import os
@@ -19,7 +20,7 @@ import numpy as np
 import pytest
 
 from graft_jax import cli
-from graft_jax.outputs import checkpoint
+from graft_jax.outputs import checkpoint, checkpoint_manifest
 from graft_jax.outputs.metrics_writer import read_jsonl
 from tests.experiments import job_processes
 from tests.rollout import vllm_fixtures
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.slow
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # (where the signal comes, the last completed step then: the checkpoint kept); past the
 # first step, whose update compiles (a step in flight is finished, however long it takes)
-POINTS = {"sampling@2": 2, "update@1": 2}
+POINTS = {"sampling@2": 2, "update@1": 2, "save@2": 2}
 STOP_S = 10.0
 
 
@@ -61,7 +62,8 @@ def test_a_stop_of_every_process_saves_in_seconds_and_the_rerun_resumes(tmp_path
   assert err.splitlines()[-1] == (f"stopped by SIGTERM after step {saved}; checkpoint {saved} "
                                   "saved; the same command resumes"), (point, err[-4000:])
   assert "Traceback" not in err and "restarting vLLM" not in err, (point, err[-4000:])
-  assert (cut / "checkpoints" / str(saved) / checkpoint.COMMIT_MARKER).exists()
+  kept = cut / "checkpoints" / str(saved)
+  assert (kept / checkpoint.COMMIT_MARKER).exists() and checkpoint_manifest.verify(kept) is None
   assert [r["step"] for r in read_jsonl(cut / "metrics.jsonl")] == list(range(saved))
   job_processes.wait_for(lambda: not job_processes.running(seen), "no process of the run left",
                          timeout_s=5)

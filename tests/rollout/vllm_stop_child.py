@@ -5,11 +5,11 @@
 Each policy samples with a vLLM sidecar of its own (the trainer owns and closes them), as
 ``launch/train.py`` runs them; the run is ``tests/rollout/test_vllm_train``'s setting,
 checkpointed every step, under the launchers' console (``graft_jax.cli.guard``). With
-``PHASE@STEP`` (PHASE ``sampling`` or ``update``: the first model's weight sync after its
-update), the run writes ``WORKDIR/reached`` on entering that phase of that step, holding
-its staged-weights and socket folders, then waits there until a stop signal has come:
-the test signals every process of the run meanwhile. A finished run writes
-``WORKDIR/final_params.npz``.
+``PHASE@STEP`` (PHASE ``sampling``, ``update``: the first model's weight sync after its
+update, or ``save``: orbax writing checkpoint STEP, its folder not yet committed), the run
+writes ``WORKDIR/reached`` on entering that phase of that step, holding its staged-weights
+and socket folders, then waits there until a stop signal has come: the test signals
+every process of the run meanwhile. A finished run writes ``WORKDIR/final_params.npz``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import time
 
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
 
 from graft_jax import cli, preemption
 from graft_jax.rollout.vllm_engine import VLLMEngine
@@ -59,7 +60,16 @@ def hold_at(workdir: pathlib.Path, point: str, engines: list) -> None:
       state["step"] += 1
     return out
 
+  handler = ocp.handlers.JsonCheckpointHandler
+  save_json = handler._save_fn  # pylint: disable=protected-access
+
+  async def held_save_json(self, x, directory):  # the run's metadata, into the temporary folder
+    if phase == "save" and isinstance(x, dict) and x.get("step") == int(step):
+      reach()
+    return await save_json(self, x, directory)
+
   VLLMEngine.generate, VLLMEngine.set_weights = held_generate, held_set_weights
+  handler._save_fn = held_save_json  # pylint: disable=protected-access
 
 
 def main(argv) -> None:
