@@ -40,6 +40,7 @@ from graft_jax.models import logprobs
 from graft_jax.models.config import ModelConfig
 from graft_jax.models.decoder import Decoder
 from graft_jax.packing import sequence_packing
+from graft_jax.plan.memory import packed_grad_args
 from graft_jax.plan.phases import eval_calls
 from graft_jax.plan.run import model_config
 from graft_jax.rollout import ContinuousSamplerEngine, JaxSamplerEngine, SamplingParams
@@ -158,14 +159,8 @@ def _update(cfg, model, *, packed: bool, step: bool = False):
       length=width, slots=MICRO_BATCHES)
   if step:
     return apply, apply_args, {}
-  if packed:  # the row view of packed rows (`packed_micro_batches.stack`)
-    p, acc, (batch, fresh), scalars, count, index = grad_args
-    tokens, per_row = (MICRO_BATCHES, rows, width), (MICRO_BATCHES, view)
-    packing = packed_micro_batches.Packing(ids=_spec(tokens, jnp.int32),
-                                           segment_ids=_spec(tokens, jnp.int32),
-                                           row=_spec(per_row, jnp.int32),
-                                           start=_spec(per_row, jnp.int32))
-    grad_args = (p, acc, (batch, fresh, packing), scalars, count, index)
+  if packed:
+    grad_args = packed_grad_args(grad_args, rows=rows, length=width, slots=MICRO_BATCHES)
   return grads, grad_args, {}
 
 

@@ -1,7 +1,8 @@
 """A per-device memory plan of one policy's update, read from the compiled programs.
 
 Nothing is guessed: the two programs training runs (the micro-batch gradient
-loop and the optimizer step, ``graft_jax.train.update.update_program``) are
+loop, over packed rows where the run packs them, ``perf.packed_update``, and the
+optimizer step, ``graft_jax.train.update.update_program``) are
 lowered with abstract parameters (``nnx.eval_shape``, no weights) and the run's
 shardings, compiled for the mesh, and ``compiled.memory_analysis()`` gives
 their argument, output and temporary bytes per device. The peak is the larger
@@ -30,6 +31,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from graft_jax import backends
 from graft_jax.models.attention import resolve_impl
 from graft_jax.models.decoder import Decoder
+from graft_jax.train import packed_micro_batches
 from graft_jax.sharding.place import batch_shards, batch_sharding, state_shardings
 
 
@@ -91,14 +93,28 @@ def program_bytes(compiled) -> int:
              + m.temp_size_in_bytes)
 
 
+def packed_grad_args(grad_args, *, rows: int, length: int, slots: int):
+  """The gradient program's arguments for packed micro-batches of ``rows`` rows of
+  ``length`` (`packed_micro_batches.stack`): `update_program`'s ``grad_args`` over the
+  row view (``rows * SEQS_PER_ROW`` rows) with the packing beside the batch."""
+  p, acc, (batch, fresh), scalars, count, index = grad_args
+  spec = lambda *shape: jax.ShapeDtypeStruct((slots, *shape), jnp.int32)
+  view = rows * packed_micro_batches.SEQS_PER_ROW
+  packing = packed_micro_batches.Packing(ids=spec(rows, length), segment_ids=spec(rows, length),
+                                         row=spec(view), start=spec(view))
+  return p, acc, (batch, fresh, packing), scalars, count, index
+
+
 def update_memory(model_cfg, mesh, tx, loss, *, rows_per_device: int, length: int,
                   minibatch_rows: int, param_dtype=jnp.float32, dtype=jnp.bfloat16,
                   remat: str = "full", scan_layers: bool = True, attention: str = "auto",
-                  attention_block: int = 512, platform: str | None = None) -> UpdateMemory:
+                  attention_block: int = 512, platform: str | None = None,
+                  packed: bool = False) -> UpdateMemory:
   """Compiles the update's programs for micro-batches of ``rows_per_device`` rows of
   ``length`` tokens per device (all of a minibatch of ``minibatch_rows`` stacked, as
   the update passes them) on ``mesh``, traced for ``platform`` (default: the backend
-  at hand), and reads their memory per device."""
+  at hand), and reads their memory per device. ``packed``: the rows are packed
+  sequences (``perf.packed_update``), the program the run then compiles."""
   from graft_jax.train.update import update_program  # pylint: disable=import-outside-toplevel
   platform = platform or jax.default_backend()
   attention = planned_attention(attention, platform, dtype=dtype, head_dim=model_cfg.head_dim,
@@ -112,9 +128,12 @@ def update_memory(model_cfg, mesh, tx, loss, *, rows_per_device: int, length: in
     opt_sh = state_shardings(opt, mesh)
     rows = rows_per_device * batch_shards(mesh)
     slots = -(-minibatch_rows // rows)
+    view = rows * packed_micro_batches.SEQS_PER_ROW if packed else rows  # the loss's rows
     (grads_fn, grad_args), (apply_fn, apply_args) = update_program(
-        graphdef, params, tx, loss, rows=rows, length=length, slots=slots, mesh=mesh,
+        graphdef, params, tx, loss, rows=view, length=length, slots=slots, mesh=mesh,
         param_sharding=param_sh, opt_sharding=opt_sh)
+    if packed:
+      grad_args = packed_grad_args(grad_args, rows=rows, length=length, slots=slots)
     replicated = NamedSharding(mesh, PartitionSpec())
     p, acc, stack, scalars, count, index = grad_args
     stack = jax.tree.map(lambda x: jax.ShapeDtypeStruct(

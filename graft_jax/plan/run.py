@@ -168,7 +168,8 @@ def plan(cfg, devices, device_bytes: int, *, reserve_fraction: float = 0.0,
   tx, loss = make_optimizer(cfg.optimizer), methods.make(cfg).loss_fn
   kw = dict(length=length, minibatch_rows=minibatch_rows, param_dtype=jnp.dtype(cfg.param_dtype),
             dtype=jnp.dtype(cfg.dtype), remat=perf.remat, scan_layers=perf.scan_layers,
-            attention=perf.attention_impl, attention_block=perf.attention_block, platform=platform)
+            attention=perf.attention_impl, attention_block=perf.attention_block, platform=platform,
+            packed=perf.packed_update)
   out = []
   for model in policy_configs(cfg):
     mc = model_config(model)

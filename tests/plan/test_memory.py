@@ -15,6 +15,7 @@ from graft_jax.sharding import MeshConfig, make_mesh
 from graft_jax.plan.memory import largest_rows, update_memory
 from graft_jax.config.run_config import OptimizerConfig
 from graft_jax.train.methods.base import ClippedTokenLoss
+from graft_jax.train.packed_micro_batches import SEQS_PER_ROW
 from graft_jax.train.update import make_optimizer
 
 pytestmark = pytest.mark.slow  # about ten compiles of a narrow model's update
@@ -30,11 +31,13 @@ def memory():
   mesh = make_mesh(MeshConfig(1, 1, 1), jax.devices()[:1])
   tx = make_optimizer(OptimizerConfig())
 
-  def run(rows=1, minibatch=4, layers=2, remat="full", scan=True, attention="dense"):
+  def run(rows=1, minibatch=4, layers=2, remat="full", scan=True, attention="dense",
+          packed=False):
     cfg = dataclasses.replace(NARROW, num_layers=layers, use_rope_layers=(1,) * layers)
     return update_memory(cfg, mesh, tx, ClippedTokenLoss(), rows_per_device=rows, length=T,
                          minibatch_rows=minibatch, remat=remat, scan_layers=scan,
-                         attention=attention, attention_block=64, platform="cpu")
+                         attention=attention, attention_block=64, platform="cpu",
+                         packed=packed)
   return run
 
 
@@ -56,6 +59,20 @@ def test_with_remat_at_most_one_layers_scores_are_live(memory):
   assert plain >= 2 * SCORES
   assert remat < SCORES / 2
   assert memory(layers=4).temporaries < memory(layers=4, remat="none", scan=False).temporaries
+
+
+def test_a_packed_update_is_planned_as_the_run_compiles_it(memory):
+  """``perf.packed_update``: the gradient program takes packed rows and the loss reads
+  their row view, `SEQS_PER_ROW` rows per packed row. Its inputs are the bucketed
+  program's over as many rows as the row view, plus the packing of each micro-batch:
+  the packed rows' ids and segment ids (R x T) and each row-view row's place (2 x V),
+  int32. Outputs and donations are the same, so the difference is exactly that."""
+  rows, slots = 1, 8
+  packed = memory(rows=rows, minibatch=rows * slots, packed=True)
+  view = memory(rows=rows * SEQS_PER_ROW, minibatch=rows * SEQS_PER_ROW * slots)
+  inputs = lambda m: m.grad_program - m.temporaries  # arguments + outputs - donated
+  assert inputs(packed) - inputs(view) == slots * (2 * rows * T + 2 * rows * SEQS_PER_ROW) * 4
+  assert packed.params == view.params and packed.opt_state == view.opt_state
 
 
 def test_fixed_state_is_counted_from_the_shardings(memory):
