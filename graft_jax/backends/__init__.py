@@ -30,6 +30,17 @@ _TARGET = jax_config.enum_state(
     include_in_jit_key=True, include_in_trace_context=True)
 
 
+# The compute capabilities a GPU target may name (`traced_for`'s ``capability``): CUDA's
+# from Volta on. A setting in the jit cache's key, as the target is: a program traced for a
+# GPU of one capability is never reused for another, nor for a GPU of none known.
+GPU_CAPABILITIES = ("7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.3",
+                    "12.0", "12.1")
+_CAPABILITY = jax_config.enum_state(
+    name="graft_jax_traced_for_capability", enum_values=["", *GPU_CAPABILITIES], default="",
+    help="The compute capability of the GPU graft_jax traces for (backends.traced_for).",
+    include_in_jit_key=True, include_in_trace_context=True)
+
+
 def _target() -> tuple[str, bool]:
   """(backend, lowering) of the innermost `traced_for`; ('', False) outside one."""
   name, _, lowering = _TARGET.value.partition(":")
@@ -43,17 +54,27 @@ def platform() -> str:
 
 
 @contextlib.contextmanager
-def traced_for(name: str, *, lowering: bool = False):
+def traced_for(name: str, *, lowering: bool = False, capability: str | None = None):
   """Programs traced inside are traced as for backend ``name`` ('cpu', 'gpu' or 'tpu'):
   a planner on a CPU compiles a GPU run's programs without the CPU-only code. With
   ``lowering`` the programs are only lowered for that backend's hardware (``jax.export``
   with ``platforms=``), never run here, so its Pallas kernels are traced as that
-  hardware runs them (`kernels_native`) rather than in Pallas's interpreter. The target
-  is part of every jitted function's cache key."""
+  hardware runs them (`kernels_native`) rather than in Pallas's interpreter.
+  ``capability`` (a GPU's, one of `GPU_CAPABILITIES`) names the GPU: the door answers
+  for it (`packed_attention_kernel`) where none is named to it. The target and the
+  capability are part of every jitted function's cache key."""
   if name not in _BACKENDS:
     raise ValueError(f"traced_for takes one of {_BACKENDS}, got {name!r}")
-  with _TARGET(f"{name}:lowering" if lowering else name):
+  if capability is not None and (name != "gpu" or capability not in GPU_CAPABILITIES):
+    raise ValueError(f"traced_for's capability names a GPU's, one of {GPU_CAPABILITIES}; "
+                     f"got {capability!r} for {name!r}")
+  with _TARGET(f"{name}:lowering" if lowering else name), _CAPABILITY(capability or ""):
     yield
+
+
+def target_capability() -> str | None:
+  """The compute capability the innermost `traced_for` names (None: none named)."""
+  return _CAPABILITY.value or None
 
 
 def kernels_native() -> bool:
@@ -71,14 +92,14 @@ def packed_attention_kernel(dtype, head_dim: int, *, capability: str | None = No
   / fp16 and head_dim <= 128 (cuDNN's flash-attention conditions here); else 'pallas',
   the Pallas GPU flash kernel masking by segment id, which every GPU runs.
 
-  ``capability`` ('9.0') names the target GPU; by default the local GPU's is read
-  where programs run here. Lowered for hardware not here (`traced_for` with
-  ``lowering``) with none named, or on ROCm, no capability is known and the choice is
-  'pallas'."""
+  ``capability`` ('9.0') names the target GPU; by default the one `traced_for` names,
+  else the local GPU's where programs run here. Lowered for hardware not here
+  (`traced_for` with ``lowering``) with none named, or on ROCm, no capability is known
+  and the choice is 'pallas'."""
   if jnp.dtype(dtype).name not in ("bfloat16", "float16") or head_dim > 128:
     return "pallas"
   if capability is None:
-    capability = _local_cuda_capability()
+    capability = target_capability() or _local_cuda_capability()
   if capability is None:
     return "pallas"
   return "cudnn_packed" if tuple(map(int, capability.split("."))) >= (9, 0) else "pallas"

@@ -196,44 +196,38 @@ def build(cfg, program: str, mc: ModelConfig):
 
 @contextlib.contextmanager
 def h100_cudnn():
-  """The questions a GPU answers about itself, answered as an H100 (compute capability
-  9.0) with cuDNN 9.10 would, where no GPU is: cuDNN's queries of the local GPU and
-  library (`jax._src.cudnn.fused_attention_stablehlo.check_cudnn_version`,
+  """Programs traced inside are lowered for an H100 (compute capability 9.0) with cuDNN
+  9.10 where no GPU is: under `graft_jax.backends.traced_for` ('gpu', ``lowering``) with
+  the H100's capability named, so the backend door picks the kernels an H100 runs
+  (packed rows in cuDNN's packed layout) and every trace is keyed by that capability;
+  and cuDNN's queries of the local GPU and library answered as that H100's
+  (`jax._src.cudnn.fused_attention_stablehlo.check_cudnn_version`,
   `check_compute_capability`, `is_cuda_compute_capability_equal`), so cuDNN's attention
-  lowers; and `graft_jax.backends.packed_attention_kernel` asked with the H100's
-  capability named (its ``capability``; unnamed, a lowering knows none and takes the
-  Pallas kernel), so packed rows lower in the kernels an H100 runs them in. Nothing
-  else changes: cuDNN's shape and layout checks and the door's other conditions run as
-  on the GPU."""
+  lowers. Nothing else changes: cuDNN's shape and layout checks and the door's other
+  conditions run as on the GPU."""
   names = ("check_cudnn_version", "check_compute_capability", "is_cuda_compute_capability_equal")
   saved = {n: getattr(cudnn_attention, n) for n in names}
-  door = backends.packed_attention_kernel
   capability = lambda c: tuple(int(x) for x in c.split("."))
   answers = (lambda: H100_CUDNN, lambda c: H100_CAPABILITY >= capability(c),
              lambda c: H100_CAPABILITY == capability(c))
-  h100 = ".".join(map(str, H100_CAPABILITY))
   try:
     for n, answer in zip(names, answers):
       setattr(cudnn_attention, n, answer)
-    backends.packed_attention_kernel = (
-        lambda dtype, head_dim, *, capability=None: door(dtype, head_dim,
-                                                         capability=capability or h100))
-    yield
+    with backends.traced_for("gpu", lowering=True,
+                             capability=".".join(map(str, H100_CAPABILITY))):
+      yield
   finally:
     for n, fn in saved.items():
       setattr(cudnn_attention, n, fn)
-    backends.packed_attention_kernel = door
 
 
 def lower(cfg, program: str, mc: ModelConfig, platform: str, *,
           as_h100: bool = True) -> export.Exported:
-  """``program`` of the model ``mc`` lowered for ``platform`` ('cuda' or 'tpu'); with
-  ``as_h100`` a GPU's questions about itself answered as an H100's (`h100_cudnn`)."""
-  with (backends.traced_for(PLATFORMS[platform], lowering=True),
-        h100_cudnn() if as_h100 else contextlib.nullcontext()):
-    # The target is in the jit cache's key (`traced_for`), cuDNN's answers to a GPU's
-    # questions are not: a trace made with or without them must not be reused.
-    jax.clear_caches()
+  """``program`` of the model ``mc`` lowered for ``platform`` ('cuda' or 'tpu'); for CUDA
+  with ``as_h100`` as for an H100 (`h100_cudnn`), else for a GPU of no known capability
+  (cuDNN's attention then stops at its version query)."""
+  as_h100 = as_h100 and platform == "cuda"
+  with h100_cudnn() if as_h100 else backends.traced_for(PLATFORMS[platform], lowering=True):
     fn, args, kw = build(cfg, program, mc)
     return export.export(fn, platforms=[platform], disabled_checks=[
         export.DisabledSafetyCheck.custom_call(c) for c in KERNEL_CALLS])(*args, **kw)

@@ -162,3 +162,27 @@ def test_a_jitted_function_is_traced_again_for_another_target():
   with pytest.raises(ValueError, match="one of"):
     with backends.traced_for("cuda"):
       pass
+
+
+def test_a_jitted_function_is_traced_again_for_a_gpu_of_another_capability():
+  """The capability `traced_for` names is in the jit cache's key, as the target is: a
+  trace for a GPU of none known is never reused for an H100, nor the other way round."""
+  traces = []
+
+  @jax.jit
+  def kernel(x):
+    traces.append(backends.packed_attention_kernel(jnp.bfloat16, 128))
+    return x + {"pallas": 1.0, "cudnn_packed": 2.0}[traces[-1]]
+
+  with backends.traced_for("gpu", lowering=True):
+    assert backends.target_capability() is None and float(kernel(0.0)) == 1.0
+    with backends.traced_for("gpu", lowering=True, capability="9.0"):
+      assert backends.target_capability() == "9.0" and float(kernel(0.0)) == 2.0
+    assert float(kernel(0.0)) == 1.0
+  with backends.traced_for("gpu", lowering=True, capability="8.0"):
+    assert float(kernel(0.0)) == 1.0
+  assert traces == ["pallas", "cudnn_packed", "pallas"]
+  for name, capability in (("tpu", "9.0"), ("gpu", "9")):
+    with pytest.raises(ValueError, match="capability"):
+      with backends.traced_for(name, capability=capability):
+        pass

@@ -185,6 +185,8 @@ def test_a_decoder_names_the_kernel_its_packed_rows_run_in():
     assert model.packed_attention(6144) == "splash"
   with backends.traced_for("gpu", lowering=True):
     assert model.packed_attention(6144) == "pallas"  # no GPU known here
+  with backends.traced_for("gpu", lowering=True, capability="9.0"):
+    assert model.packed_attention(6144) == "cudnn_packed"
   model.set_memory_options(attention="blocked")
   with backends.traced_for("gpu"):
     assert model.packed_attention(6144) == "blocked"
@@ -192,18 +194,14 @@ def test_a_decoder_names_the_kernel_its_packed_rows_run_in():
 
 @pytest.mark.parametrize("capability,want", [(None, {TRITON}),
                                              ("9.0", {CUDNN_FWD, CUDNN_BWD, TRITON})])
-def test_a_decoders_gradient_over_packed_rows_lowers_for_cuda(h100, monkeypatch, capability,
-                                                              want):
+def test_a_decoders_gradient_over_packed_rows_lowers_for_cuda(h100, capability, want):
   """The update's path: a bf16 decoder (scanned, rematerialised layers, 'auto'
   attention) differentiated through `token_logprobs` of packed rows, lowered for a GPU
   whose capability is not known (the Pallas kernel) or named as an H100's (cuDNN's
   packed layout, the Pallas kernel beside it for fuller rows)."""
-  door = backends.packed_attention_kernel
-  monkeypatch.setattr(backends, "packed_attention_kernel",
-                      lambda dtype, head_dim: door(dtype, head_dim, capability=capability))
   cfg = ModelConfig(model_type="qwen3", vocab_size=61, hidden_size=64, intermediate_size=48,
                     num_layers=1, num_heads=4, num_kv_heads=2, head_dim=32, qk_norm=True)
-  with backends.traced_for("gpu", lowering=True):
+  with backends.traced_for("gpu", lowering=True, capability=capability):
     model = init_model(cfg, rngs=nnx.Rngs(0), dtype=jnp.bfloat16)
     model.set_memory_options(remat="full", scan_layers=True, attention="auto")
     graphdef, state = nnx.split(model)

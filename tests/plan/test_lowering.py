@@ -66,20 +66,23 @@ def test_lowers(runs, program, platform):
 
 def test_cudnn_lowers_only_with_an_h100s_answers(runs):
   """Off a GPU cuDNN's lowering stops at its version query; `lowering.h100_cudnn`
-  answers it, the capability queries and the packed-kernel door's as an H100, for the
-  length of the lowering only."""
+  answers it and the capability queries as an H100, and names the H100's capability to
+  `traced_for` (the door's answer, and the traces' key), for the length of the lowering
+  only. A program lowered as for an H100 is traced again for a GPU of none known: its
+  H100 trace is not reused."""
   from jax._src.cudnn import fused_attention_stablehlo as cudnn_fa  # pylint: disable=import-outside-toplevel
   cfg, models = runs[0]
   mc = next(iter(models.values()))
   packed = lambda: backends.packed_attention_kernel(jnp.bfloat16, 128)
+  with lowering.h100_cudnn():
+    assert cudnn_fa.check_cudnn_version() == lowering.H100_CUDNN
+    assert cudnn_fa.check_compute_capability("9.0")
+    assert not cudnn_fa.check_compute_capability("10.0")
+    assert backends.target_capability() == "9.0" and packed() == "cudnn_packed"
   with backends.traced_for("gpu", lowering=True):
-    with lowering.h100_cudnn():
-      assert cudnn_fa.check_cudnn_version() == lowering.H100_CUDNN
-      assert cudnn_fa.check_compute_capability("9.0")
-      assert not cudnn_fa.check_compute_capability("10.0")
-      assert packed() == "cudnn_packed"
     assert packed() == "pallas"
   with pytest.raises(RuntimeError, match="cuDNN is not detected"):
     cudnn_fa.check_cudnn_version()
+  assert CUDNN in lowering.kernel_calls(lowering.lower(cfg, "scoring_bucketed", mc, "cuda"))
   with pytest.raises(RuntimeError, match="cuDNN is not detected"):
     lowering.lower(cfg, "scoring_bucketed", mc, "cuda", as_h100=False)
