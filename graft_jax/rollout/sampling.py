@@ -23,18 +23,49 @@ def filter_top_k(logits_BxV, top_k: int):
   return jnp.where(logits_BxV < kth_B1, _NEG_INF, logits_BxV)
 
 
-def filter_top_p(logits_BxV, top_p):
+# Candidates the nucleus is first looked for in: a top-k of this many per row, not a
+# sort of the whole vocabulary (151,936 entries for Qwen3) on every decode step.
+TOP_P_CANDIDATES = 256
+
+
+def filter_top_p(logits_BxV, top_p, *, candidates: int = TOP_P_CANDIDATES):
   """Nucleus filter: the smallest set of most likely tokens whose mass reaches `top_p`.
 
-  A token is kept when the mass strictly before it (in descending order) is
-  below `top_p`, so the most likely token always survives; tokens tied with
-  the last kept logit are kept too.
+  With s_1 >= s_2 >= ... the logits in descending order and p_i = softmax(s)_i,
+  token i is kept when the mass strictly before it, M_i = sum_{j<i} p_j, is
+  below `top_p`; so the most likely token always survives. M is nondecreasing,
+  so the kept tokens are a prefix s_1..s_L, and the filter keeps every logit
+  >= s_L (tokens tied with the last kept one too).
+
+  The prefix is looked for among the ``candidates`` largest logits first
+  (`lax.top_k`, in descending order). If their mass M_{K+1} reaches `top_p`
+  in every row, then M_i >= M_{K+1} >= top_p for every i > K: nothing past the
+  candidates is kept, and s_L is found among them. Otherwise the whole row is
+  sorted; its first K masses are the same numbers (the same top-k values,
+  normalizer and cumulative sum), and each later mass adds a non-negative sum
+  to M_{K+1}, so both branches keep exactly the same tokens.
   """
-  sorted_BxV = jnp.sort(logits_BxV, axis=-1)[:, ::-1]
-  probs_BxV = jax.nn.softmax(sorted_BxV, axis=-1)
-  mass_before_BxV = jnp.cumsum(probs_BxV, axis=-1) - probs_BxV
-  kept_BxV = mass_before_BxV < top_p
-  threshold_B1 = jnp.min(jnp.where(kept_BxV, sorted_BxV, jnp.inf), axis=-1, keepdims=True)
+  k = min(candidates, logits_BxV.shape[-1])
+  lse_B1 = jax.scipy.special.logsumexp(logits_BxV, axis=-1, keepdims=True)
+  head_BxK = jax.lax.top_k(logits_BxV, k)[0]
+  head_p_BxK = jnp.exp(head_BxK - lse_B1)
+  head_cum_BxK = jnp.cumsum(head_p_BxK, axis=-1)
+  head_before_BxK = head_cum_BxK - head_p_BxK
+  head_mass_B1 = head_cum_BxK[:, -1:]
+
+  def last_kept(values_BxN, before_BxN):
+    return jnp.min(jnp.where(before_BxN < top_p, values_BxN, jnp.inf), axis=-1, keepdims=True,
+                   initial=jnp.inf)
+
+  def whole_rows():
+    tail_BxT = jnp.sort(logits_BxV, axis=-1)[:, ::-1][:, k:]
+    tail_p_BxT = jnp.exp(tail_BxT - lse_B1)
+    tail_before_BxT = head_mass_B1 + (jnp.cumsum(tail_p_BxT, axis=-1) - tail_p_BxT)
+    return jnp.minimum(last_kept(head_BxK, head_before_BxK),
+                       last_kept(tail_BxT, tail_before_BxT))
+
+  threshold_B1 = jax.lax.cond(jnp.all(head_mass_B1 >= top_p),
+                              lambda: last_kept(head_BxK, head_before_BxK), whole_rows)
   return jnp.where(logits_BxV < threshold_B1, _NEG_INF, logits_BxV)
 
 

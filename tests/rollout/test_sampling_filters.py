@@ -1,6 +1,7 @@
 """Top-k / top-p filters and the recorded log-prob of one sampling step."""
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 from hypothesis import given, settings
@@ -83,3 +84,70 @@ def test_categorical_frequencies_match_probabilities():
   # Within 5 binomial standard deviations for every token.
   sd = np.sqrt(probs * (1 - probs) / len(draws))
   assert np.all(np.abs(freq - probs) <= 5 * sd + 1e-4)
+
+
+def _nucleus_float64(logits_V, top_p):
+  """The kept tokens by the definition, in float64 NumPy: a whole-vocabulary sort."""
+  order = np.argsort(-logits_V.astype(np.float64), kind="stable")
+  p = np.exp(logits_V[order].astype(np.float64) - logits_V.max())
+  p /= p.sum()
+  before = np.cumsum(p) - p
+  last = logits_V[order][before < top_p].min()
+  return logits_V >= last
+
+
+def _peaked_and_flat_rows(rng, v):
+  """Rows whose nucleus is a few tokens (peaked) and rows where it is hundreds (flat)."""
+  peaked = rng.normal(size=(3, v)) * 0.5
+  peaked[np.arange(3), rng.integers(0, v, 3)] += 12.0
+  flat = rng.normal(size=(2, v)) * 0.3
+  return peaked.astype(np.float32), flat.astype(np.float32)
+
+
+def test_top_p_among_candidates_keeps_what_the_whole_sort_keeps():
+  # 2,000 tokens and 16 candidates: peaked rows end inside the candidates, flat rows
+  # far past them; both agree with the float64 whole-vocabulary definition.
+  rng = np.random.default_rng(7)
+  peaked, flat = _peaked_and_flat_rows(rng, 2000)
+  for rows in (peaked, flat, np.concatenate([peaked, flat])):
+    kept = np.isfinite(np.asarray(
+        jax.jit(lambda x: filter_top_p(x, 0.9, candidates=16))(jnp.asarray(rows))))
+    for got, row in zip(kept, rows):
+      want = _nucleus_float64(row, 0.9)
+      assert want.sum() == got.sum() and (want == got).all(), (want.sum(), got.sum())
+  assert max(_nucleus_float64(r, 0.9).sum() for r in peaked) <= 16
+  assert min(_nucleus_float64(r, 0.9).sum() for r in flat) > 16
+
+
+def test_a_row_keeps_the_same_tokens_whichever_branch_its_batch_takes():
+  # A peaked row alone takes the candidates' branch; beside a flat row its batch sorts
+  # whole rows. The pool and the static sampler batch rows differently, so the two
+  # branches must keep bit-identical sets.
+  rng = np.random.default_rng(11)
+  for _ in range(5):
+    peaked, flat = _peaked_and_flat_rows(rng, 3000)
+    f = jax.jit(lambda x: filter_top_p(x, 0.95, candidates=8))
+    alone = np.asarray(f(jnp.asarray(peaked)))
+    mixed = np.asarray(f(jnp.asarray(np.concatenate([peaked, flat]))))[:3]
+    np.testing.assert_array_equal(alone, mixed)
+
+
+def _primitives(jaxpr) -> set:
+  """Every primitive in ``jaxpr``, nested jits included, cond branches left out."""
+  names = set()
+  for e in jaxpr.eqns:
+    names.add(e.primitive.name)
+    if e.primitive.name != "cond":
+      for sub in jax.extend.core.jaxprs_in_params(e.params):
+        names |= _primitives(sub)
+  return names
+
+
+def test_top_p_sorts_the_vocabulary_only_when_the_candidates_fall_short():
+  jaxpr = jax.make_jaxpr(lambda x: filter_top_p(x, 0.9, candidates=16))(
+      jnp.zeros((4, 1000), jnp.float32)).jaxpr
+  outside = _primitives(jaxpr)
+  assert "sort" not in outside and {"top_k", "cond"} <= outside
+  cond = next(e for e in jaxpr.eqns if e.primitive.name == "cond")
+  sorts = ["sort" in _primitives(b.jaxpr) for b in cond.params["branches"]]
+  assert sorted(sorts) == [False, True]
