@@ -55,12 +55,14 @@ scores, never T x T. Queries are grouped by kv head (GQA): q_BxTxKxGxH.
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
 
 from graft_jax import backends
 from graft_jax.models import packed_attention
+from graft_jax.sharding.place import batch_axes
 
 # Large but finite, so a max over fully masked scores stays finite.
 MASK_VALUE = -1e30
@@ -329,6 +331,22 @@ def _pad_to_block(x_BxTx, tp: int):
   return jnp.pad(x_BxTx, ((0, 0), (0, tp - x_BxTx.shape[1])) + ((0, 0),) * (x_BxTx.ndim - 2))
 
 
+def per_device_rows(kernel, *operands_BxT):
+  """``kernel(*operands_BxT)`` on each device's rows where the mesh in context splits
+  rows over its batch axes (``jax.shard_map``), else on them all (inside a
+  ``shard_map`` over those axes the rows are already one device's). A Pallas kernel is
+  one custom call with no partitioning rule: under a mesh the partitioner would gather
+  every row to every device and run the whole batch on each."""
+  mesh = jax.sharding.get_abstract_mesh()
+  axes = () if mesh.empty else tuple(a for a in batch_axes(mesh) if a not in mesh.manual_axes)
+  shards = math.prod(mesh.shape[a] for a in axes)
+  if shards == 1 or operands_BxT[0].shape[0] % shards:
+    return kernel(*operands_BxT)
+  rows = jax.sharding.PartitionSpec(axes)
+  return jax.shard_map(kernel, mesh=mesh, in_specs=rows, out_specs=rows,
+                       check_vma=False)(*operands_BxT)
+
+
 def pallas_segment_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, seg_BxT, *,
                              interpret: bool | None = None):
   """Packed rows on a GPU: the Pallas GPU flash kernel (``jax.experimental.pallas.ops.
@@ -350,9 +368,9 @@ def pallas_segment_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, seg_BxT, *,
   bwd = PALLAS_GPU_BWD_BLOCK
   blocks = pallas_gpu.BlockSizes(block_q=SPLASH_BLOCK, block_k=SPLASH_BLOCK, block_q_dkv=bwd,
                                  block_kv_dkv=bwd, block_q_dq=bwd, block_kv_dq=bwd)
-  out_BxTxNxH = pallas_gpu.mha(q_BxTxNxH, repeat(k_BxTxKxH), repeat(v_BxTxKxH), seg_BxTp,
-                               sm_scale=h ** -0.5, causal=True, block_sizes=blocks,
-                               interpret=interpret)
+  mha = functools.partial(pallas_gpu.mha, sm_scale=h ** -0.5, causal=True,
+                          block_sizes=blocks, interpret=interpret)
+  out_BxTxNxH = per_device_rows(mha, q_BxTxNxH, repeat(k_BxTxKxH), repeat(v_BxTxKxH), seg_BxTp)
   out_BxTxKxGxH = out_BxTxNxH[:, :t].reshape(b, t, kv, g, h)
   return jnp.where((seg_BxT > 0)[:, :, None, None, None], out_BxTxKxGxH, 0).astype(
       q_BxTxKxGxH.dtype)
@@ -436,7 +454,7 @@ def splash_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, kv_mask_BxT, *,
                          segment_ids=splash.SegmentIds(seg_T, seg_T))
       return out_NxTxH.swapaxes(0, 1).reshape(tp, kv, g, h)
 
-    return jax.vmap(one_row)(q, k, v, seg_BxT)[:, :t]
+    return per_device_rows(jax.vmap(one_row), q, k, v, seg_BxT)[:, :t]
 
   if is_segments(kv_mask_BxT):
     # Splash masks by segment id itself; padding (segment 0) is zeroed after.

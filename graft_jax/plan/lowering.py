@@ -19,7 +19,9 @@ bucketed) and its optimizer step, and validation's top-p sampler. Each model
 keeps its real widths, heads, head_dim and vocabulary with abstract weights
 (``nnx.eval_shape``), a few layers (of each kind: SmolLM3's NoPE layers too) and
 small batches: the layers repeat one block's program, and shapes cost nothing to
-trace.
+trace. The update's programs are lowered on a run's mesh too (over fake CPU
+devices), sharded as a run on several devices shards them: a Pallas kernel under
+a mesh must run on each device's rows (`graft_jax.models.attention.per_device_rows`).
 """
 
 from __future__ import annotations
@@ -40,19 +42,22 @@ from graft_jax.models import logprobs
 from graft_jax.models.config import ModelConfig
 from graft_jax.models.decoder import Decoder
 from graft_jax.packing import sequence_packing
-from graft_jax.plan.memory import packed_grad_args
+from graft_jax.plan.memory import packed_grad_args, sharded_update_program
 from graft_jax.plan.phases import eval_calls
 from graft_jax.plan.run import model_config
 from graft_jax.rollout import ContinuousSamplerEngine, JaxSamplerEngine, SamplingParams
 from graft_jax.rollout.kv_budget import bucket
 from graft_jax.rollout.sampler import generate_padded
 from graft_jax.rollout.slot_pool import run_pool
+from graft_jax.sharding import batch_shards
 from graft_jax.train import methods, packed_micro_batches
 from graft_jax.train.policy import PoolSettings
 from graft_jax.train.update import make_optimizer, micro_batch_budget, update_program
 
 # jax.export's platform name -> the backend `traced_for` takes.
 PLATFORMS = {"cuda": "gpu", "tpu": "tpu"}
+# The programs a run on several devices compiles sharded on its mesh that `lower` lowers so.
+SHARDED_PROGRAMS = ("update_packed", "update_bucketed", "optimizer_step")
 PROGRAMS = ("sampler", "pool", "scoring_packed", "scoring_bucketed", "exchange_scoring",
             "update_packed", "update_bucketed", "optimizer_step", "validation",
             "validation_pool")
@@ -146,27 +151,34 @@ def _scoring(model, *, packed: bool, length: int):
   return fn, (graphdef, state, _spec((rows, length), jnp.int32), mask, _spec((), jnp.float32)), {}
 
 
-def _update(cfg, model, *, packed: bool, step: bool = False):
+def _update(cfg, model, *, packed: bool, step: bool = False, mesh=None):
   """The update's gradient program (or, ``step``, its optimizer step) over micro-batches
-  of one row of the run's length budget (`packed_micro_batches` / `length_packing`)."""
+  of the rows of the run's length budget each device takes (`packed_micro_batches` /
+  `length_packing`); on ``mesh``, sharded as the run shards it."""
   graphdef, params = nnx.split(model)
   cap = cfg.max_prompt_len + cfg.max_response_len
   width = logprobs.bucket_length(cap, cap)  # the run's length budget (`train.step`)
   rows = sequence_packing.rows_per_call(micro_batch_budget(cfg.perf.micro_batch_tokens), width, 1)
-  view = rows * packed_micro_batches.SEQS_PER_ROW if packed else rows
-  (grads, grad_args), (apply, apply_args) = update_program(
-      graphdef, params, make_optimizer(cfg.optimizer), methods.make(cfg).loss_fn, rows=view,
-      length=width, slots=MICRO_BATCHES)
-  if step:
-    return apply, apply_args, {}
-  if packed:
-    grad_args = packed_grad_args(grad_args, rows=rows, length=width, slots=MICRO_BATCHES)
-  return grads, grad_args, {}
+  tx, loss = make_optimizer(cfg.optimizer), methods.make(cfg).loss_fn
+  if mesh is not None:
+    (grads, grad_args), (apply, apply_args) = sharded_update_program(
+        graphdef, params, tx, loss, mesh, rows=rows * batch_shards(mesh), length=width,
+        slots=MICRO_BATCHES, packed=packed)
+  else:
+    view = rows * packed_micro_batches.SEQS_PER_ROW if packed else rows
+    (grads, grad_args), (apply, apply_args) = update_program(
+        graphdef, params, tx, loss, rows=view, length=width, slots=MICRO_BATCHES)
+    if packed:
+      grad_args = packed_grad_args(grad_args, rows=rows, length=width, slots=MICRO_BATCHES)
+  return (apply, apply_args, {}) if step else (grads, grad_args, {})
 
 
-def build(cfg, program: str, mc: ModelConfig):
+def build(cfg, program: str, mc: ModelConfig, mesh=None):
   """(jitted function, positional, keyword) of ``program`` for the model ``mc`` of the run
-  ``cfg``; call it under `graft_jax.backends.traced_for` (the engines read the target)."""
+  ``cfg``; call it under `graft_jax.backends.traced_for` (the engines read the target).
+  With ``mesh``, one of `SHARDED_PROGRAMS`, sharded on it as the run's."""
+  if mesh is not None and program not in SHARDED_PROGRAMS:
+    raise ValueError(f"{program!r} is not lowered on a mesh here; {SHARDED_PROGRAMS} are")
   model = abstract_decoder(cfg, few_layers(mc))
   train = SamplingParams(max_new_tokens=cfg.max_response_len, temperature=cfg.rollout.temperature,
                          top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, seed=cfg.seed)
@@ -184,9 +196,9 @@ def build(cfg, program: str, mc: ModelConfig):
       # A peer's text re-tokenized past the budget: a row of its own, twice as long.
       "exchange_scoring": lambda: _scoring(model, packed=True,
                                            length=sequence_packing.long_row_length(row + 1, row)),
-      "update_packed": lambda: _update(cfg, model, packed=True),
-      "update_bucketed": lambda: _update(cfg, model, packed=False),
-      "optimizer_step": lambda: _update(cfg, model, packed=False, step=True),
+      "update_packed": lambda: _update(cfg, model, packed=True, mesh=mesh),
+      "update_bucketed": lambda: _update(cfg, model, packed=False, mesh=mesh),
+      "optimizer_step": lambda: _update(cfg, model, packed=False, step=True, mesh=mesh),
       "validation": lambda: _sampler(cfg, model, val, e.k),
       # The pool takes the whole suite in one call (`Validator`).
       "validation_pool": lambda: _pool(cfg, model, val, e.k, eval_calls(cfg, pool=True)[0] * e.k),
@@ -221,22 +233,32 @@ def h100_cudnn():
       setattr(cudnn_attention, n, fn)
 
 
-def lower(cfg, program: str, mc: ModelConfig, platform: str, *,
-          as_h100: bool = True) -> export.Exported:
+def lower(cfg, program: str, mc: ModelConfig, platform: str, *, as_h100: bool = True,
+          mesh=None) -> export.Exported | jax.stages.Lowered:
   """``program`` of the model ``mc`` lowered for ``platform`` ('cuda' or 'tpu'); for CUDA
   with ``as_h100`` as for an H100 (`h100_cudnn`), else for a GPU of no known capability
-  (cuDNN's attention then stops at its version query)."""
+  (cuDNN's attention then stops at its version query). With ``mesh`` (its devices any:
+  fake CPU ones), sharded on it: lowered by ``jit`` alone, since cuDNN's attention is
+  partitioned by a Python callback (``custom_partitioning``) that ``jax.export`` cannot
+  serialize."""
   as_h100 = as_h100 and platform == "cuda"
   with h100_cudnn() if as_h100 else backends.traced_for(PLATFORMS[platform], lowering=True):
-    fn, args, kw = build(cfg, program, mc)
+    fn, args, kw = build(cfg, program, mc, mesh)
+    if mesh is not None:
+      with jax.set_mesh(mesh):
+        return fn.trace(*args, **kw).lower(lowering_platforms=(platform,))
     return export.export(fn, platforms=[platform], disabled_checks=[
         export.DisabledSafetyCheck.custom_call(c) for c in KERNEL_CALLS])(*args, **kw)
 
 
-def kernel_calls(exported: export.Exported) -> set[str]:
+def program_text(lowered: export.Exported | jax.stages.Lowered) -> str:
+  """A lowered program's StableHLO."""
+  return lowered.mlir_module() if isinstance(lowered, export.Exported) else lowered.as_text()
+
+
+def kernel_calls(lowered: export.Exported | jax.stages.Lowered) -> set[str]:
   """The kernels' custom-call targets in a lowered program."""
-  found = set(re.findall(r"custom_call @([\w$.]+)", exported.mlir_module()))
-  return found & set(KERNEL_CALLS)
+  return set(re.findall(r"custom_call @([\w$.]+)", program_text(lowered))) & set(KERNEL_CALLS)
 
 
 def run_models(cfg) -> dict[str, ModelConfig]:

@@ -105,6 +105,36 @@ def packed_grad_args(grad_args, *, rows: int, length: int, slots: int):
   return p, acc, (batch, fresh, packing), scalars, count, index
 
 
+def sharded_update_program(graphdef, params, tx, loss, mesh, *, rows: int, length: int,
+                           slots: int, packed: bool = False):
+  """The update's gradient and optimizer-step programs on ``mesh`` for micro-batches of
+  ``rows`` rows (over all devices) of ``length``, ``slots`` of them stacked, packed or
+  not, with abstract arguments placed as the run places them (parameters and moments
+  by their shardings, rows over the batch axes): ``((grads, grad_args), (apply,
+  apply_args))``, for ``.lower(*args)`` under ``jax.set_mesh(mesh)``."""
+  from graft_jax.train.update import update_program  # pylint: disable=import-outside-toplevel
+  param_sh = state_shardings(params, mesh)
+  opt_sh = state_shardings(jax.eval_shape(tx.init, params), mesh)
+  view = rows * packed_micro_batches.SEQS_PER_ROW if packed else rows  # the loss's rows
+  (grads_fn, grad_args), (apply_fn, apply_args) = update_program(
+      graphdef, params, tx, loss, rows=view, length=length, slots=slots, mesh=mesh,
+      param_sharding=param_sh, opt_sharding=opt_sh)
+  if packed:
+    grad_args = packed_grad_args(grad_args, rows=rows, length=length, slots=slots)
+  replicated = NamedSharding(mesh, PartitionSpec())
+  p, acc, stack, scalars, count, index = grad_args
+  stack = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
+      x.shape, x.dtype, sharding=batch_sharding(mesh, ndim=len(x.shape), row_dim=1)), stack)
+  grad_args = (_placed(p, param_sh), _placed(acc, param_sh), stack,
+               jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
+                            scalars),
+               jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated),
+               jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated))
+  apply_args = (_placed(apply_args[0], param_sh), _placed(apply_args[1], opt_sh),
+                _placed(apply_args[2], param_sh))
+  return (grads_fn, grad_args), (apply_fn, apply_args)
+
+
 def update_memory(model_cfg, mesh, tx, loss, *, rows_per_device: int, length: int,
                   minibatch_rows: int, param_dtype=jnp.float32, dtype=jnp.bfloat16,
                   remat: str = "full", scan_layers: bool = True, attention: str = "auto",
@@ -115,7 +145,6 @@ def update_memory(model_cfg, mesh, tx, loss, *, rows_per_device: int, length: in
   the update passes them) on ``mesh``, traced for ``platform`` (default: the backend
   at hand), and reads their memory per device. ``packed``: the rows are packed
   sequences (``perf.packed_update``), the program the run then compiles."""
-  from graft_jax.train.update import update_program  # pylint: disable=import-outside-toplevel
   platform = platform or jax.default_backend()
   attention = planned_attention(attention, platform, dtype=dtype, head_dim=model_cfg.head_dim,
                                 length=length, block=attention_block)
@@ -123,34 +152,18 @@ def update_memory(model_cfg, mesh, tx, loss, *, rows_per_device: int, length: in
     graphdef, params = abstract_model(model_cfg, param_dtype=param_dtype, dtype=dtype,
                                       remat=remat, scan_layers=scan_layers, attention=attention,
                                       attention_block=attention_block)
-    param_sh = state_shardings(params, mesh)
-    opt = jax.eval_shape(tx.init, params)
-    opt_sh = state_shardings(opt, mesh)
     rows = rows_per_device * batch_shards(mesh)
-    slots = -(-minibatch_rows // rows)
-    view = rows * packed_micro_batches.SEQS_PER_ROW if packed else rows  # the loss's rows
-    (grads_fn, grad_args), (apply_fn, apply_args) = update_program(
-        graphdef, params, tx, loss, rows=view, length=length, slots=slots, mesh=mesh,
-        param_sharding=param_sh, opt_sharding=opt_sh)
-    if packed:
-      grad_args = packed_grad_args(grad_args, rows=rows, length=length, slots=slots)
-    replicated = NamedSharding(mesh, PartitionSpec())
-    p, acc, stack, scalars, count, index = grad_args
-    stack = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
-        x.shape, x.dtype, sharding=batch_sharding(mesh, ndim=len(x.shape), row_dim=1)), stack)
-    grad_args = (_placed(p, param_sh), _placed(acc, param_sh), stack,
-                 jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
-                              scalars),
-                 jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated),
-                 jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated))
-    apply_args = (_placed(apply_args[0], param_sh), _placed(apply_args[1], opt_sh),
-                  _placed(apply_args[2], param_sh))
+    (grads_fn, grad_args), (apply_fn, apply_args) = sharded_update_program(
+        graphdef, params, tx, loss, mesh, rows=rows, length=length,
+        slots=-(-minibatch_rows // rows), packed=packed)
     with jax.set_mesh(mesh):
       grad_c = grads_fn.lower(*grad_args).compile()
       apply_c = apply_fn.lower(*apply_args).compile()
+  param_sh, opt = state_shardings(params, mesh), jax.eval_shape(tx.init, params)
   grads = sum(int(np.prod(sh.shard_shape(x.shape))) * 4
               for x, sh in zip(jax.tree.leaves(params), jax.tree.leaves(param_sh)))
-  return UpdateMemory(params=sharded_bytes(params, param_sh), opt_state=sharded_bytes(opt, opt_sh),
+  return UpdateMemory(params=sharded_bytes(params, param_sh),
+                      opt_state=sharded_bytes(opt, state_shardings(opt, mesh)),
                       grads=grads, temporaries=int(grad_c.memory_analysis().temp_size_in_bytes),
                       grad_program=program_bytes(grad_c), apply_program=program_bytes(apply_c))
 

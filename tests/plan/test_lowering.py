@@ -8,9 +8,12 @@ import jax.numpy as jnp
 import pytest
 
 from graft_jax import backends
+from graft_jax.packing import sequence_packing
 from graft_jax.config import load as config_load
 from graft_jax.plan import lowering
 from graft_jax.train import methods
+from graft_jax.train.update import micro_batch_budget
+from tests import fake_devices
 
 CONFIGS = sorted((pathlib.Path(__file__).resolve().parents[2] / "configs").glob("pair_*.py"))
 TRITON, MOSAIC, CUDNN, CUDNN_BWD = (lowering.TRITON, lowering.MOSAIC_TPU, lowering.CUDNN_FORWARD,
@@ -86,3 +89,42 @@ def test_cudnn_lowers_only_with_an_h100s_answers(runs):
   assert CUDNN in lowering.kernel_calls(lowering.lower(cfg, "scoring_bucketed", mc, "cuda"))
   with pytest.raises(RuntimeError, match="cuDNN is not detected"):
     lowering.lower(cfg, "scoring_bucketed", mc, "cuda", as_h100=False)
+
+
+@pytest.fixture(scope="module")
+def sharded():
+  """The update's programs lowered on the pairs' mesh over 4 fake CPU devices (FSDP over
+  all 4, as on a 4-GPU node): `sharded_lowering_script`'s report."""
+  return fake_devices.run_script("tests.plan.sharded_lowering_script", devices=4, timeout=900)
+
+
+def test_the_update_lowers_sharded_on_the_pairs_mesh(runs, sharded):
+  """Every sharded program lowers for CUDA and a TPU with its kernels (a Mosaic kernel
+  that is not run per device cannot lower under a mesh at all), and each Triton call
+  attends one device's rows: a kernel call has no partitioning rule, so outside a
+  ``shard_map`` every device would gather and attend the rows of all four. cuDNN's
+  attention is partitioned by JAX's own rule (``custom_partitioning``), a Python
+  callback that gives its custom calls only when XLA compiles: here it stands as the
+  callback's call."""
+  assert sharded["mesh"] == {"data": 1, "fsdp": 4, "tensor": 1} and sharded["shards"] == 4
+  cfg = runs[0][0]
+  cap = cfg.max_prompt_len + cfg.max_response_len
+  per_device = sequence_packing.rows_per_call(
+      micro_batch_budget(cfg.perf.micro_batch_tokens), cap, 1)
+  names = {n for _, models in runs for n in models}
+  assert len(sharded["programs"]) == len(names) * 2 * len(lowering.SHARDED_PROGRAMS)
+  for key, result in sharded["programs"].items():
+    name, program, platform = key.split()
+    assert "error" not in result, f"{key}: {result}"
+    want = KERNELS[program][sorted(lowering.PLATFORMS).index(platform)]
+    assert want - {CUDNN, CUDNN_BWD} <= set(result["kernels"]), f"{key}: {result['kernels']}"
+    assert (result["partitioned"] > 0) == (CUDNN in want), key
+    if TRITON in want:
+      assert result["triton_rows"] and set(result["triton_rows"]) == {per_device}, key
+
+
+def test_the_kernel_run_per_device_gives_the_one_device_values(sharded):
+  """The Pallas GPU kernel on each device's rows (``shard_map``, Pallas's interpret mode)
+  gives a loss of packed attention and its gradients as on one device, to float32's
+  rounding of the sums."""
+  assert sharded["per_device_gap"] < 1e-6
