@@ -8,6 +8,10 @@ checkpoint of it with its metrics row and peer logs, and raises ``Stopped``.
 A step whose update has not yet replaced any parameters is abandoned at once
 instead (``abandonable``): redoing it after the restart costs no more than
 finishing it now, and the signal's warning time may be shorter than a step.
+So is a fresh run's first step at any point on SIGTERM or SIGINT: nothing before
+it needs saving, and its compiles can outlast a scheduler's kill grace (the
+handler's exception ends an XLA compile in flight). SIGUSR1, the early warning
+SLURM sends minutes before a time limit, leaves time to finish it.
 
 One stop is often delivered more than once: ``scancel``, a systemd unit's stop
 and a container's stop signal every process, so a process a driver started gets
@@ -45,6 +49,8 @@ from graft_jax import distributed
 log = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+# `#SBATCH --signal` (launch/slurm/train_pair.sbatch): minutes before the time limit.
+WARNING_SIGNAL = signal.SIGUSR1
 # Copies of one stop arrive together (the direct signal and the driver's, microseconds
 # to a driver's poll apart); a person or a scheduler escalating waits longer.
 DUPLICATE_WINDOW_S = 2.0
@@ -81,12 +87,15 @@ class DuplicateWindow:
 
 
 class Stopped(Exception):
-  """The run stopped on a signal after saving the checkpoint of its last completed step."""
+  """The run stopped on a signal after saving the checkpoint of its last completed step
+  (``step``; None when a fresh run stopped in its first step, with nothing to save)."""
 
-  def __init__(self, signum: int, step: int):
-    super().__init__(f"stopped by {signal.Signals(signum).name} after step {step}; "
-                     f"checkpoint {step} saved; the same command resumes")
-    self.signum, self.step = signum, step
+  def __init__(self, signum: int, step: int, saved: bool = True):
+    kept = (f"after step {step}; checkpoint {step} saved" if saved else
+            f"during step {step + 1}, before any step completed; nothing to save")
+    super().__init__(f"stopped by {signal.Signals(signum).name} {kept}; the same command "
+                     f"resumes")
+    self.signum, self.step = signum, step if saved else None
 
 
 class StepAbandoned(BaseException):
@@ -160,8 +169,8 @@ class StopSignals:
     name = signal.Signals(signum).name
     if self._abandon is not None and self._abandon():
       self._abandon = None
-      log.warning("%s: abandoning the step in flight (no parameter has changed yet), saving "
-                  "and stopping; a second signal more than %g s later ends the run at once",
+      log.warning("%s: abandoning the step in flight (the rerun takes it again) and stopping; "
+                  "a second signal more than %g s later ends the run at once",
                   name, DUPLICATE_WINDOW_S)
       raise StepAbandoned()
     log.warning("%s: the run stops after the step in flight and saves it; a second signal "
@@ -182,13 +191,14 @@ class StopSignals:
             os._exit(128 + signum)
 
   @contextlib.contextmanager
-  def abandonable(self, undoable):
-    """Within, a first signal raises ``StepAbandoned`` when ``undoable()`` is true then
+  def abandonable(self, undoable, *, anywhere: bool = False):
+    """Within, a first signal raises ``StepAbandoned`` when ``undoable()`` is true then, or
+    with ``anywhere`` (a fresh run's first step) when it is not ``WARNING_SIGNAL``
     (single-process runs only)."""
     if self._depth == 0 or distributed.multi_process():
       yield
       return
-    self._abandon = undoable
+    self._abandon = (lambda: undoable() or self.signum != WARNING_SIGNAL) if anywhere else undoable
     try:
       yield
     finally:

@@ -6,11 +6,12 @@ step, validation after steps 1 and 2) is stopped by SIGTERM during sampling
 (the step is abandoned), during a checkpoint write and at the end of the
 update, once its optimizer steps have taken over the old parameters (the step
 finishes), and once by two signals (validation, then the checkpoint write: the
-process ends at once with 128 + 15), and once lone during validation (the
-step is kept with its held-out scores). After each stop the checkpoint saved is that of the last
-completed step, and the metrics rows are exactly the completed steps. The
-final parameters (bitwise), rows and peer logs equal those of one
-uninterrupted run, shared by the tests of this module.
+process ends at once with 128 + 15), once lone during validation (the step is
+kept with its held-out scores), and once at the end of a fresh run's first update
+(the step is dropped: there is nothing to save yet). After each stop the checkpoint
+saved is that of the last completed step, and the metrics rows are exactly the
+completed steps. The final parameters (bitwise), rows and peer logs equal those of
+one uninterrupted run, shared by the tests of this module.
 """
 
 import hashlib
@@ -125,6 +126,23 @@ def test_stopped_anywhere_then_rerun_equals_uninterrupted(reference, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_fresh_runs_first_step_stops_at_once_with_nothing_to_save(reference, tmp_path):
+  """Its first model's update has taken over the old parameters and the second's has yet to
+  compile, which can outlast a kill grace: the step is dropped, as nothing before it needs
+  saving, and the same command starts the run again to the reference's end."""
+  cache, cut = reference / "jax_cache", tmp_path / "cut"
+  code, out = _child(cut, cache, tmp_path / "stop.log", "term:update_end@0")
+  assert code == cli.STOPPED_EXIT, out[-3000:]
+  assert out.splitlines()[-1] == ("stopped by SIGTERM during step 1, before any step completed; "
+                                  "nothing to save; the same command resumes"), out[-3000:]
+  assert "Traceback" not in out and _committed(cut) == [], out[-3000:]
+  assert not (cut / "metrics.jsonl").exists() or not read_jsonl(cut / "metrics.jsonl")
+  code, out = _child(cut, cache, tmp_path / "resume.log")
+  assert code == 0, out[-3000:]
+  _assert_same_run(cut, reference / "ref")
+
+
+@pytest.mark.slow
 def test_a_lone_signal_during_validation_keeps_the_step_and_its_scores(reference, tmp_path):
   """Validation runs after the update: the step is complete, so it is not abandoned;
   validation finishes, the row (with its held-out scores) and checkpoint are saved."""
@@ -173,12 +191,12 @@ def test_a_second_trainer_on_the_workdir_is_refused_in_one_line(reference, tmp_p
   assert not lock.exists()
 
 
-def _watch_undo(stop, undoable):
-  """Sends SIGTERM to this process inside ``abandonable(undoable)``; returns whether the
-  step was abandoned."""
+def _watch_undo(stop, undoable, signum=signal.SIGTERM, **kw):
+  """Sends ``signum`` to this process inside ``abandonable(undoable, **kw)``; returns whether
+  the step was abandoned."""
   try:
-    with stop.abandonable(undoable):
-      os.kill(os.getpid(), signal.SIGTERM)
+    with stop.abandonable(undoable, **kw):
+      os.kill(os.getpid(), signum)
       for _ in range(100):  # the handler runs between two bytecodes
         time.sleep(0.001)
   except preemption.StepAbandoned:
@@ -193,6 +211,14 @@ def test_the_first_signal_abandons_only_an_undoable_step():
   with preemption.StopSignals() as stop:
     assert _watch_undo(stop, lambda: True) and stop.agreed() == signal.SIGTERM
   assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_fresh_runs_first_step_is_abandoned_anywhere_but_on_the_early_warning():
+  for signum, abandoned in [(signal.SIGTERM, True), (signal.SIGINT, True),
+                            (signal.SIGUSR1, False)]:
+    with preemption.StopSignals() as stop:
+      assert _watch_undo(stop, lambda: False, signum, anywhere=True) == abandoned, signum
+      assert stop.signum == signum
 
 
 def test_copies_of_a_signal_within_the_window_are_one_stop():

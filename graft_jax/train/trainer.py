@@ -10,8 +10,8 @@ the step commits, and a resumed run drops whatever an interrupted attempt
 wrote after its checkpoint, then writes it again.
 
 SIGTERM, SIGINT and SIGUSR1 stop a run cleanly (``graft_jax.preemption``):
-the step in flight finishes (or, before its update, is abandoned), the last
-completed step is saved, and ``run`` raises ``preemption.Stopped``.
+the step in flight finishes (or, before its update or in a fresh run, is abandoned),
+the last completed step is saved, and ``run`` raises ``preemption.Stopped``.
 """
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ class Trainer:
         if step == first:  # jit compiles the sampler, log-probs and update on the first step
           progress.phase(f"step {step + 1}: rollouts, rewards and update; compiling them "
                          f"(first step only)…")
-        metrics = self._step_unless_abandoned(stop)
+        metrics = self._step_unless_abandoned(stop, step == 0 and not self.checkpointer.steps())
         if metrics is None:
           break
         aborted = self._aborted_syncs()
@@ -294,16 +294,14 @@ class Trainer:
     return [e for e in (getattr(p.engine, "sync_failure", None)
                         for p in self.policies.values()) if e is not None]
 
-  def _step_unless_abandoned(self, stop) -> dict | None:
+  def _step_unless_abandoned(self, stop, fresh: bool) -> dict | None:
     """``run_step``, or None when a stop signal came before the step changed anything that
-    cannot be put back: its parameters (replaced, or donated to the update's first
-    optimizer step) and peer logs. Its prompts and the method's state are put back; the
-    restarted run takes the step again."""
-    step, position, state = self.step, self.stream.position, copy.deepcopy(
-        self.method.state_dict())
+    cannot be put back: its parameters (replaced, or donated to the first optimizer step)
+    and peer logs; its prompts and method state are put back for the rerun. A ``fresh`` run's
+    first step stops anywhere but on the early warning (``Stopped``: nothing to save)."""
+    step, position, state = self.step, self.stream.position, copy.deepcopy(self.method.state_dict())
     before = [(p.params, p.opt_state) for p in self.policies.values()]
     cursors = [w.cursor for w in self.log_writers.values()]
-
     def undoable():
       now = [(p.params, p.opt_state) for p in self.policies.values()]
       return (self.step == step and cursors == [w.cursor for w in self.log_writers.values()]
@@ -311,9 +309,11 @@ class Trainer:
               and not any(x.is_deleted() for x in jax.tree.leaves(before)
                           if isinstance(x, jax.Array)))
     try:
-      with stop.abandonable(undoable):
+      with stop.abandonable(undoable, anywhere=fresh):
         return self.run_step()
     except preemption.StepAbandoned:
+      if not undoable():
+        raise preemption.Stopped(stop.signum, step, saved=False) from None
       self.step, self.stream.position = step, position
       self.method.load_state_dict(state)
       return None
