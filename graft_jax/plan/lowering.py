@@ -19,9 +19,10 @@ bucketed) and its optimizer step, and validation's top-p sampler. Each model
 keeps its real widths, heads, head_dim and vocabulary with abstract weights
 (``nnx.eval_shape``), a few layers (of each kind: SmolLM3's NoPE layers too) and
 small batches: the layers repeat one block's program, and shapes cost nothing to
-trace. The update's programs are lowered on a run's mesh too (over fake CPU
-devices), sharded as a run on several devices shards them: a Pallas kernel under
-a mesh must run on each device's rows (`graft_jax.models.attention.per_device_rows`).
+trace. Scoring's and the update's programs are lowered on a run's mesh too (over
+fake CPU devices), sharded as a run on several devices shards them: a Pallas
+kernel under a mesh must run on each device's rows
+(`graft_jax.models.attention.per_device_rows`).
 """
 
 from __future__ import annotations
@@ -42,14 +43,14 @@ from graft_jax.models import logprobs
 from graft_jax.models.config import ModelConfig
 from graft_jax.models.decoder import Decoder
 from graft_jax.packing import sequence_packing
-from graft_jax.plan.memory import packed_grad_args, sharded_update_program
+from graft_jax.plan.memory import packed_grad_args, placed, sharded_update_program
 from graft_jax.plan.phases import eval_calls
 from graft_jax.plan.run import model_config
 from graft_jax.rollout import ContinuousSamplerEngine, JaxSamplerEngine, SamplingParams
 from graft_jax.rollout.kv_budget import bucket
 from graft_jax.rollout.sampler import generate_padded
 from graft_jax.rollout.slot_pool import run_pool
-from graft_jax.sharding import batch_shards
+from graft_jax.sharding import batch_shards, batch_sharding, state_shardings
 from graft_jax.train import methods, packed_micro_batches
 from graft_jax.train.policy import PoolSettings
 from graft_jax.train.update import make_optimizer, micro_batch_budget, update_program
@@ -57,7 +58,8 @@ from graft_jax.train.update import make_optimizer, micro_batch_budget, update_pr
 # jax.export's platform name -> the backend `traced_for` takes.
 PLATFORMS = {"cuda": "gpu", "tpu": "tpu"}
 # The programs a run on several devices compiles sharded on its mesh that `lower` lowers so.
-SHARDED_PROGRAMS = ("update_packed", "update_bucketed", "optimizer_step")
+SHARDED_PROGRAMS = ("scoring_packed", "scoring_bucketed", "exchange_scoring", "update_packed",
+                    "update_bucketed", "optimizer_step")
 PROGRAMS = ("sampler", "pool", "scoring_packed", "scoring_bucketed", "exchange_scoring",
             "update_packed", "update_bucketed", "optimizer_step", "validation",
             "validation_pool")
@@ -140,15 +142,22 @@ def _pool(cfg, model, params: SamplingParams, n: int, requests: int):
   return run_pool, args, kw
 
 
-def _scoring(model, *, packed: bool, length: int):
+def _scoring(model, *, packed: bool, length: int, mesh=None):
   """The scorer's program (`graft_jax.train.row_logprobs.score_rows`: packed rows with
-  segment ids; bucketed: rows padded to a length bucket) over calls of ``length``."""
+  segment ids; bucketed: rows padded to a length bucket) over calls of ``length``; on
+  ``mesh``, each device's rows against the sharded weights (`logprobs.row_sharding`)."""
   graphdef, state = nnx.split(model)
-  rows = sequence_packing.rows_per_call(model.score_tokens, length, 64)
-  mask = _spec((rows, length), jnp.int32 if packed else bool)
+  shards = 1 if mesh is None else batch_shards(mesh)
+  most = max(1, 64 // shards)  # `score_rows`'s rows per device
+  rows = min(sequence_packing.rows_per_call(model.score_tokens, length, most), most) * shards
+  ids, mask = _spec((rows, length), jnp.int32), _spec((rows, length), jnp.int32 if packed else bool)
+  if mesh is not None:
+    state = placed(state, state_shardings(state, mesh))
+    ids, mask = (jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=batch_sharding(mesh))
+                 for x in (ids, mask))
   # pylint: disable=protected-access
   fn = logprobs._token_logprobs_packed if packed else logprobs._token_logprobs_split
-  return fn, (graphdef, state, _spec((rows, length), jnp.int32), mask, _spec((), jnp.float32)), {}
+  return fn, (graphdef, state, ids, mask, _spec((), jnp.float32)), {}
 
 
 def _update(cfg, model, *, packed: bool, step: bool = False, mesh=None):
@@ -190,11 +199,11 @@ def build(cfg, program: str, mc: ModelConfig, mesh=None):
   builders = {
       "sampler": lambda: _sampler(cfg, model, train, cfg.n),
       "pool": lambda: _pool(cfg, model, train, cfg.n, cfg.prompts_per_step * cfg.n),
-      "scoring_packed": lambda: _scoring(model, packed=True, length=row),
-      "scoring_bucketed": lambda: _scoring(model, packed=False,
+      "scoring_packed": lambda: _scoring(model, packed=True, length=row, mesh=mesh),
+      "scoring_bucketed": lambda: _scoring(model, packed=False, mesh=mesh,
                                            length=logprobs.bucket_length(cap, cap)),
       # A peer's text re-tokenized past the budget: a row of its own, twice as long.
-      "exchange_scoring": lambda: _scoring(model, packed=True,
+      "exchange_scoring": lambda: _scoring(model, packed=True, mesh=mesh,
                                            length=sequence_packing.long_row_length(row + 1, row)),
       "update_packed": lambda: _update(cfg, model, packed=True, mesh=mesh),
       "update_bucketed": lambda: _update(cfg, model, packed=False, mesh=mesh),

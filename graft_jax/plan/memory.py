@@ -80,7 +80,8 @@ def abstract_model(model_cfg, *, param_dtype, dtype, remat: str, scan_layers: bo
   return nnx.split(nnx.eval_shape(build))
 
 
-def _placed(tree, shardings):
+def placed(tree, shardings):
+  """Abstract arrays of ``tree`` placed by ``shardings`` (a tree of its structure)."""
   return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                       tree, shardings)
 
@@ -125,13 +126,13 @@ def sharded_update_program(graphdef, params, tx, loss, mesh, *, rows: int, lengt
   p, acc, stack, scalars, count, index = grad_args
   stack = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
       x.shape, x.dtype, sharding=batch_sharding(mesh, ndim=len(x.shape), row_dim=1)), stack)
-  grad_args = (_placed(p, param_sh), _placed(acc, param_sh), stack,
+  grad_args = (placed(p, param_sh), placed(acc, param_sh), stack,
                jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
                             scalars),
                jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated),
                jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated))
-  apply_args = (_placed(apply_args[0], param_sh), _placed(apply_args[1], opt_sh),
-                _placed(apply_args[2], param_sh))
+  apply_args = (placed(apply_args[0], param_sh), placed(apply_args[1], opt_sh),
+                placed(apply_args[2], param_sh))
   return (grads_fn, grad_args), (apply_fn, apply_args)
 
 

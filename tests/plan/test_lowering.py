@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import pytest
 
 from graft_jax import backends
+from graft_jax.models import logprobs
 from graft_jax.packing import sequence_packing
 from graft_jax.config import load as config_load
 from graft_jax.plan import lowering
@@ -91,10 +92,23 @@ def test_cudnn_lowers_only_with_an_h100s_answers(runs):
     lowering.lower(cfg, "scoring_bucketed", mc, "cuda", as_h100=False)
 
 
+def per_device_rows(cfg, program: str) -> int:
+  """The rows one device takes in a call of ``program`` of the run ``cfg``: a scoring
+  call's (`score_rows`: at most 64 over all devices) or an update micro-batch's."""
+  budget = micro_batch_budget(cfg.perf.micro_batch_tokens)
+  cap = cfg.max_prompt_len + cfg.max_response_len
+  row, bucket = sequence_packing.packed_row_length(cap), logprobs.bucket_length(cap, cap)
+  if program.startswith("update"):
+    return sequence_packing.rows_per_call(budget, bucket, 1)
+  length = {"scoring_packed": row, "scoring_bucketed": bucket,
+            "exchange_scoring": sequence_packing.long_row_length(row + 1, row)}[program]
+  return min(sequence_packing.rows_per_call(budget, length, 16), 16)
+
+
 @pytest.fixture(scope="module")
 def sharded():
-  """The update's programs lowered on the pairs' mesh over 4 fake CPU devices (FSDP over
-  all 4, as on a 4-GPU node): `sharded_lowering_script`'s report."""
+  """Scoring's and the update's programs lowered on the pairs' mesh over 4 fake CPU
+  devices (FSDP over all 4, as on a 4-GPU node): `sharded_lowering_script`'s report."""
   return fake_devices.run_script("tests.plan.sharded_lowering_script", devices=4, timeout=900)
 
 
@@ -107,10 +121,6 @@ def test_the_update_lowers_sharded_on_the_pairs_mesh(runs, sharded):
   callback that gives its custom calls only when XLA compiles: here it stands as the
   callback's call."""
   assert sharded["mesh"] == {"data": 1, "fsdp": 4, "tensor": 1} and sharded["shards"] == 4
-  cfg = runs[0][0]
-  cap = cfg.max_prompt_len + cfg.max_response_len
-  per_device = sequence_packing.rows_per_call(
-      micro_batch_budget(cfg.perf.micro_batch_tokens), cap, 1)
   names = {n for _, models in runs for n in models}
   assert len(sharded["programs"]) == len(names) * 2 * len(lowering.SHARDED_PROGRAMS)
   for key, result in sharded["programs"].items():
@@ -120,7 +130,8 @@ def test_the_update_lowers_sharded_on_the_pairs_mesh(runs, sharded):
     assert want - {CUDNN, CUDNN_BWD} <= set(result["kernels"]), f"{key}: {result['kernels']}"
     assert (result["partitioned"] > 0) == (CUDNN in want), key
     if TRITON in want:
-      assert result["triton_rows"] and set(result["triton_rows"]) == {per_device}, key
+      rows = per_device_rows(runs[0][0], program)
+      assert result["triton_rows"] and set(result["triton_rows"]) == {rows}, key
 
 
 def test_the_kernel_run_per_device_gives_the_one_device_values(sharded):
