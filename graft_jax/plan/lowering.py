@@ -19,9 +19,9 @@ bucketed) and its optimizer step, and validation's top-p sampler. Each model
 keeps its real widths, heads, head_dim and vocabulary with abstract weights
 (``nnx.eval_shape``), a few layers (of each kind: SmolLM3's NoPE layers too) and
 small batches: the layers repeat one block's program, and shapes cost nothing to
-trace. Scoring's and the update's programs are lowered on a run's mesh too (over
-fake CPU devices), sharded as a run on several devices shards them: a Pallas
-kernel under a mesh must run on each device's rows
+trace. The pool's, scoring's and the update's programs are lowered on a run's mesh
+too (`SHARDED_PROGRAMS`, over fake CPU devices), sharded as a run on several
+devices shards them: a Pallas kernel under a mesh must run on each device's rows
 (`graft_jax.models.attention.per_device_rows`).
 """
 
@@ -58,8 +58,8 @@ from graft_jax.train.update import make_optimizer, micro_batch_budget, update_pr
 # jax.export's platform name -> the backend `traced_for` takes.
 PLATFORMS = {"cuda": "gpu", "tpu": "tpu"}
 # The programs a run on several devices compiles sharded on its mesh that `lower` lowers so.
-SHARDED_PROGRAMS = ("scoring_packed", "scoring_bucketed", "exchange_scoring", "update_packed",
-                    "update_bucketed", "optimizer_step")
+SHARDED_PROGRAMS = ("pool", "scoring_packed", "scoring_bucketed", "exchange_scoring",
+                    "update_packed", "update_bucketed", "optimizer_step", "validation_pool")
 PROGRAMS = ("sampler", "pool", "scoring_packed", "scoring_bucketed", "exchange_scoring",
             "update_packed", "update_bucketed", "optimizer_step", "validation",
             "validation_pool")
@@ -127,18 +127,23 @@ def _sampler(cfg, model, params: SamplingParams, n: int):
   return generate_padded, args, kw
 
 
-def _pool(cfg, model, params: SamplingParams, n: int, requests: int):
+def _pool(cfg, model, params: SamplingParams, n: int, requests: int, mesh=None):
+  """The slot pool's call; on ``mesh``, its slots split over the batch axes and the
+  weights sharded as the policy's."""
   pool = PoolSettings.from_config(dataclasses.replace(
       cfg, rollout=dataclasses.replace(cfg.rollout, sampler="pool")))
   eos, pad = _ids(model.cfg)
   engine = ContinuousSamplerEngine(
       model, eos_ids=eos, pad_id=pad, slots=pool.slots, prefill_chunk=pool.prefill_chunk,
       prefill_group=pool.prefill_group, max_prompt_len=pool.max_prompt_len,
-      max_new_tokens=pool.max_new_tokens, max_requests=max(pool.max_requests, requests))
-  r = engine.max_requests
-  args, kw = engine.call_args(
-      _decoding(engine.state, engine.dtype), _spec((r, engine.max_prompt_len), jnp.int32),
-      _spec((r,), jnp.int32), _spec((r,), jnp.int32), params, rows=requests, n=n)
+      max_new_tokens=pool.max_new_tokens, max_requests=max(pool.max_requests, requests),
+      mesh=mesh)
+  r, state = engine.max_requests, _decoding(engine.state, engine.dtype)
+  if mesh is not None:
+    state = placed(state, state_shardings(engine.state, mesh))
+  args, kw = engine.call_args(state, _spec((r, engine.max_prompt_len), jnp.int32),
+                              _spec((r,), jnp.int32), _spec((r,), jnp.int32), params,
+                              rows=requests, n=n)
   return run_pool, args, kw
 
 
@@ -198,7 +203,7 @@ def build(cfg, program: str, mc: ModelConfig, mesh=None):
   row = sequence_packing.packed_row_length(cap)
   builders = {
       "sampler": lambda: _sampler(cfg, model, train, cfg.n),
-      "pool": lambda: _pool(cfg, model, train, cfg.n, cfg.prompts_per_step * cfg.n),
+      "pool": lambda: _pool(cfg, model, train, cfg.n, cfg.prompts_per_step * cfg.n, mesh),
       "scoring_packed": lambda: _scoring(model, packed=True, length=row, mesh=mesh),
       "scoring_bucketed": lambda: _scoring(model, packed=False, mesh=mesh,
                                            length=logprobs.bucket_length(cap, cap)),
@@ -210,7 +215,8 @@ def build(cfg, program: str, mc: ModelConfig, mesh=None):
       "optimizer_step": lambda: _update(cfg, model, packed=False, step=True, mesh=mesh),
       "validation": lambda: _sampler(cfg, model, val, e.k),
       # The pool takes the whole suite in one call (`Validator`).
-      "validation_pool": lambda: _pool(cfg, model, val, e.k, eval_calls(cfg, pool=True)[0] * e.k),
+      "validation_pool": lambda: _pool(cfg, model, val, e.k, eval_calls(cfg, pool=True)[0] * e.k,
+                                       mesh),
   }
   return builders[program]()
 

@@ -1,6 +1,6 @@
-"""Run by test_lowering with 4 fake CPU devices: scoring's and the update's programs of
-each pair's models lowered on the pair configs' mesh (FSDP over the 4 devices) for CUDA
-and a TPU. Prints JSON: per (model, program, platform) the kernels in it, the rows of
+"""Run by test_lowering with 4 fake CPU devices: the sharded programs of each pair's
+models (`lowering.SHARDED_PROGRAMS`) lowered on the pair configs' mesh (FSDP over the
+4 devices) for CUDA and a TPU. Prints JSON: per (model, program, platform) the kernels in it, the rows of
 the first operand of each Triton call and the calls partitioned by a Python callback
 (JAX's ``custom_partitioning``: cuDNN's attention), or the error that stopped the
 lowering; and `per_device_gap`."""

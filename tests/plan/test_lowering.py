@@ -13,6 +13,7 @@ from graft_jax.packing import sequence_packing
 from graft_jax.config import load as config_load
 from graft_jax.plan import lowering
 from graft_jax.train import methods
+from graft_jax.train.policy import PoolSettings
 from graft_jax.train.update import micro_batch_budget
 from tests import fake_devices
 
@@ -93,8 +94,11 @@ def test_cudnn_lowers_only_with_an_h100s_answers(runs):
 
 
 def per_device_rows(cfg, program: str) -> int:
-  """The rows one device takes in a call of ``program`` of the run ``cfg``: a scoring
-  call's (`score_rows`: at most 64 over all devices) or an update micro-batch's."""
+  """The most rows one device takes in a call of ``program`` of the run ``cfg`` on 4
+  devices: the pool's slots (a quarter of them; fewer after it shrinks), a scoring
+  call's rows (`score_rows`: at most 64 over all devices) or an update micro-batch's."""
+  if program.endswith("pool"):
+    return PoolSettings.from_config(cfg).slots // 4
   budget = micro_batch_budget(cfg.perf.micro_batch_tokens)
   cap = cfg.max_prompt_len + cfg.max_response_len
   row, bucket = sequence_packing.packed_row_length(cap), logprobs.bucket_length(cap, cap)
@@ -107,15 +111,16 @@ def per_device_rows(cfg, program: str) -> int:
 
 @pytest.fixture(scope="module")
 def sharded():
-  """Scoring's and the update's programs lowered on the pairs' mesh over 4 fake CPU
-  devices (FSDP over all 4, as on a 4-GPU node): `sharded_lowering_script`'s report."""
+  """The pool's, scoring's and the update's programs lowered on the pairs' mesh over 4
+  fake CPU devices (FSDP over all 4, as on a 4-GPU node): `sharded_lowering_script`'s
+  report."""
   return fake_devices.run_script("tests.plan.sharded_lowering_script", devices=4, timeout=900)
 
 
-def test_the_update_lowers_sharded_on_the_pairs_mesh(runs, sharded):
+def test_the_programs_lower_sharded_on_the_pairs_mesh(runs, sharded):
   """Every sharded program lowers for CUDA and a TPU with its kernels (a Mosaic kernel
   that is not run per device cannot lower under a mesh at all), and each Triton call
-  attends one device's rows: a kernel call has no partitioning rule, so outside a
+  takes one device's rows: a kernel call has no partitioning rule, so outside a
   ``shard_map`` every device would gather and attend the rows of all four. cuDNN's
   attention is partitioned by JAX's own rule (``custom_partitioning``), a Python
   callback that gives its custom calls only when XLA compiles: here it stands as the
@@ -131,7 +136,7 @@ def test_the_update_lowers_sharded_on_the_pairs_mesh(runs, sharded):
     assert (result["partitioned"] > 0) == (CUDNN in want), key
     if TRITON in want:
       rows = per_device_rows(runs[0][0], program)
-      assert result["triton_rows"] and set(result["triton_rows"]) == {rows}, key
+      assert result["triton_rows"] and max(result["triton_rows"]) == rows, key
 
 
 def test_the_kernel_run_per_device_gives_the_one_device_values(sharded):
