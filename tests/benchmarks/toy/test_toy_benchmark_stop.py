@@ -50,14 +50,7 @@ def reference(tmp_path_factory):
   return ref
 
 
-# Every process signalled can reach a reward worker still importing, which has no handler
-# yet: it dies and the cell's pool waits for it (issue 65, open). Seen once in a full
-# suite run: the cut run stalled after its first graft step.
-EVERYONE_HANGS = pytest.mark.skip(reason="a reward worker killed while importing stalls "
-                                  "the cell (issue 65, open)")
-
-
-@pytest.mark.parametrize("jobs,everyone", [(1, False), pytest.param(2, True, marks=EVERYONE_HANGS)],
+@pytest.mark.parametrize("jobs,everyone", [(1, False), (2, True)],
                          ids=["in process", "subprocesses, every process signalled"])
 def test_a_signal_stops_the_benchmark_and_the_same_command_resumes(reference, tmp_path, jobs,
                                                                    everyone):
