@@ -18,9 +18,12 @@ import pathlib
 import jax
 import jax.numpy as jnp
 
+from graft_jax.backends import live_decode_granule
 from graft_jax.models.config import ModelConfig
 from graft_jax.plan.memory import abstract_model, largest_rows, update_memory
-from graft_jax.rollout.kv_budget import KVBudgetError, bucket, call_plan, kv_bytes_per_prompt
+from graft_jax.rollout.kv_budget import (KVBudgetError, bucket, call_plan, kv_bytes_per_prompt,
+                                        pool_cache_bytes, pool_window)
+from graft_jax.rollout.continuous import DEFAULT_SHRINKS
 from graft_jax.sharding.mesh import make_mesh
 from graft_jax.sharding.place import batch_shards
 from graft_jax.sharding.report import format_bytes
@@ -135,6 +138,8 @@ def sampler_kv_bytes(cfg, model_cfg, row_shards: int = 1) -> tuple[int, bool]:
   splits its rows, and so its cache, over the mesh's batch axes (``kv_budget.call_plan``)."""
   if cfg.engine != "jax":
     return 0, True
+  if cfg.rollout.sampler == "pool":
+    return pool_kv_bytes(cfg, model_cfg, row_shards), True
   slots = bucket(cfg.max_prompt_len, 16) + bucket(cfg.max_response_len, 16)
   per_prompt = kv_bytes_per_prompt(model_cfg, n=cfg.n, slots=slots,
                                    itemsize=jnp.dtype(cfg.dtype).itemsize)
@@ -144,6 +149,19 @@ def sampler_kv_bytes(cfg, model_cfg, row_shards: int = 1) -> tuple[int, bool]:
     return chunk // row_shards * per_prompt, True
   except KVBudgetError:
     return per_prompt, False  # the sampler would refuse the run
+
+
+def pool_kv_bytes(cfg, model_cfg, row_shards: int = 1) -> int:
+  """Peak KV bytes per device of the slot pool (``rollout.sampler='pool'``): its
+  ``pool_slots`` split over the mesh's batch devices, each row a window of the run's
+  longest prompt bucket plus the response bucket (a step's calls hold at most this),
+  and, as the pool shrinks, the half-size cache gathered beside the full one
+  (`kv_budget.pool_cache_bytes`)."""
+  window = pool_window(cfg.max_prompt_len, cfg.max_response_len,
+                       chunk=cfg.rollout.pool_prefill_chunk, granule=live_decode_granule())
+  return pool_cache_bytes(model_cfg, slots=-(-cfg.rollout.pool_slots // row_shards),
+                          window=window, itemsize=jnp.dtype(cfg.dtype).itemsize,
+                          shrinks=DEFAULT_SHRINKS)
 
 
 def decode_weight_bytes(cfg, model_cfg) -> int:
@@ -211,6 +229,6 @@ def format_plan(mesh, available, table, length: int,
   lines.append("* grads: the fp32 accumulator, an argument of the gradient program. update: "
                "the larger of the gradient program (+ optimizer state) and the optimizer step, "
                "+ the other models' states; sampler: the JAX sampler's KV cache for one call "
-               "+ its weights in the compute dtype (0 with vLLM); sampling: every model's "
-               "state + the sampler")
+               "(the slot pool's at its peak, as it shrinks) + its weights in the compute "
+               "dtype (0 with vLLM); sampling: every model's state + the sampler")
   return "\n".join(lines)

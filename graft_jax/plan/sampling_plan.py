@@ -40,7 +40,7 @@ import heapq
 import numpy as np
 
 from graft_jax.plan import costs
-from graft_jax.rollout.kv_budget import bucket, call_plan, kv_bytes_per_prompt
+from graft_jax.rollout.kv_budget import bucket, call_plan, kv_bytes_per_prompt, pool_prompt_width
 
 SERVE_BYTES = 2  # bf16 weights and KV cache in both engines
 
@@ -105,15 +105,16 @@ def pool_generate(mc, lengths, *, prompts: int, n: int, prompt_longest: int, slo
   """The slot pool's ``generate`` of ``prompts`` x ``n`` rows over ``slots`` slots on one
   device: makespan steps, each reading every weight and, with the live-token kernel
   (``live``, the pool's choice on GPUs), each row's prompt and tokens so far, else
-  ``slots`` whole windows (prompt capacity + new-token bucket); plus a prefill per row:
-  its prompt's FLOPs (each chunk attends over the prompt's slots, not the window), or,
-  where more, the weights read once per chunk pass. The first fill prefills
+  ``slots`` whole windows (the call's prompt bucket + new-token bucket); plus a
+  prefill per row: its prompt's FLOPs (each chunk attends over the prompt's slots,
+  not the window), or, where more, the weights read once per chunk pass. The first fill prefills
   ``prefill_group`` rows a pass; later rows are counted alone, as a full pool's refills
   mostly are (one slot frees at a time), an upper bound on the passes."""
   rows = lengths.sample(prompts * n, seed).astype(np.float64)
   steps = makespan(rows, slots)
-  width = -(-prompt_longest // prefill_chunk) * prefill_chunk
-  window = width + bucket(lengths.cap, 16)
+  width = -(-prompt_longest // prefill_chunk) * prefill_chunk  # a prompt's prefill chunks
+  # The call's window: its longest prompt's bucket in whole chunks, as the pool sizes it.
+  window = pool_prompt_width(prompt_longest, prefill_chunk) + bucket(lengths.cap, 16)
   kv = costs.kv_bytes_per_position(mc, SERVE_BYTES)
   if live:  # a row's span, from its first prompt token to its newest
     read = (steps * SERVE_BYTES * costs.all_params(mc)

@@ -46,11 +46,13 @@ from flax import nnx
 
 from graft_jax import backends
 from graft_jax.rollout.decode_weights import decoding_weights
-from graft_jax.rollout.kv_budget import bucket, kv_bytes_per_row
+from graft_jax.rollout.kv_budget import bucket, kv_bytes_per_row, pool_prompt_width
 from graft_jax.rollout.slot_pool import run_pool
 from graft_jax.rollout.types import RolloutBatch, SamplingParams, check_generate_args
 from graft_jax.sharding import batch_axes, batch_shards
 
+
+DEFAULT_SHRINKS = 2  # the drain halves the pool at most this often (1.5x cache at the first)
 
 class ContinuousSamplerEngine:
   """Samples with a `graft_jax.models.Decoder` in a pool of ``slots`` decode rows.
@@ -67,13 +69,14 @@ class ContinuousSamplerEngine:
       ``slots / prefill_group`` passes, not ``slots``; a pass costs the group's rows
       however few are admitted.
     max_prompt_len / max_new_tokens / max_requests: the capacities the program is
-      compiled for: prompt tokens and response tokens per cache row, requests
-      (prompts x samples) per call. A call within them compiles nothing, whatever its
-      prompt count, sample count and lengths; one past a capacity raises it (to the
-      next power of two) for this and every later call, compiling one more program.
+      compiled for: response tokens per cache row and requests (prompts x samples)
+      per call; ``max_prompt_len``, the run's longest prompt, is the widest window
+      planned for. A call's window holds its own prompts: their longest, rounded up
+      to a power of two in whole chunks (`kv_budget.pool_prompt_width`), so a call
+      compiles one program per prompt bucket, whatever its prompt count, sample
+      count and lengths. A call past ``max_new_tokens`` or ``max_requests`` raises
+      it (to the next power of two) for this and every later call.
       ``max_new_tokens`` is held as a power of two >= 16.
-      Set them from the config (the run's longest prompt and response, the step's
-      requests) and the engine compiles one program per set of sampling flags.
     cache_dtype: KV-cache dtype (default: the model's compute dtype).
     refill: a free slot takes the next request at once; False: only once every slot
       is free (a static batch of ``slots`` rows, the baseline its occupancy is
@@ -89,7 +92,7 @@ class ContinuousSamplerEngine:
                prefill_chunk: int = 16, prefill_group: int = 8, max_prompt_len: int = 256,
                max_new_tokens: int = 16, max_requests: int = 1, cache_dtype=None,
                refill: bool = True,
-               decode_attention: str = "auto", shrinks: int = 2, mesh=None):
+               decode_attention: str = "auto", shrinks: int = DEFAULT_SHRINKS, mesh=None):
     self.eos_ids = tuple(int(e) for e in np.atleast_1d(eos_ids))
     if not self.eos_ids:
       raise ValueError("ContinuousSamplerEngine needs at least one EOS id")
@@ -114,7 +117,7 @@ class ContinuousSamplerEngine:
       raise ValueError(f"ContinuousSamplerEngine: max_prompt_len, max_new_tokens and "
                        f"max_requests must be >= 1, got {max_prompt_len}, {max_new_tokens} "
                        f"and {max_requests}")
-    self.max_prompt_len = self._chunks(max_prompt_len)
+    self.max_prompt_len = pool_prompt_width(max_prompt_len, self.prefill_chunk)
     # A power of two >= the live kernel's granule (16, a TPU's 128): with a chunk
     # multiple of it, windows of whole kernel blocks.
     self.granule = backends.live_decode_granule()
@@ -159,16 +162,16 @@ class ContinuousSamplerEngine:
     ``params.max_new_tokens`` for all) caps each response's tokens."""
     check_generate_args(prompts, n)
     num, rows, steps = len(prompts), len(prompts) * n, params.max_new_tokens
-    longest = max(len(p) for p in prompts)
-    # Capacities only grow: a later, smaller call reuses the program.
-    if longest > self.max_prompt_len:
-      self.max_prompt_len = self._chunks(bucket(longest, 1))
+    # The window holds this call's prompts (their longest, bucketed), not the run's
+    # longest: a call of short prompts holds and reads a short cache.
+    width = pool_prompt_width(max(len(p) for p in prompts), self.prefill_chunk)
+    self.max_prompt_len = max(self.max_prompt_len, width)
     if steps > self.max_new_tokens:
       self.max_new_tokens = bucket(steps, self.granule)
     if rows > self.max_requests:
       self.max_requests = bucket(rows, 1)
     # One prompt row per request bounds the prompts whatever n is.
-    ids = np.full((self.max_requests, self.max_prompt_len), self.pad_id, np.int32)
+    ids = np.full((self.max_requests, width), self.pad_id, np.int32)
     lens = np.ones((self.max_requests,), np.int32)
     for i, p in enumerate(prompts):
       ids[i, :len(p)], lens[i] = p, len(p)
@@ -210,10 +213,6 @@ class ContinuousSamplerEngine:
                  use_top_p=not greedy and params.top_p < 1.0, cache_dtype=self.cache_dtype,
                  refill=self.refill, shrinks=self.shrinks, mesh=self.mesh,
                  batch_axes=self.batch_axes))
-
-  def _chunks(self, tokens: int) -> int:
-    """``tokens`` rounded up to whole prefill chunks."""
-    return -(-int(tokens) // self.prefill_chunk) * self.prefill_chunk
 
   def _metrics(self, out, lengths) -> dict[str, float]:
     """The call's tokens generated, mean slot occupancy and live (and free slots') KV bytes

@@ -27,6 +27,28 @@ def kv_bytes_per_row(model_cfg, *, slots: int, itemsize: int) -> int:
   return 2 * model_cfg.num_layers * model_cfg.num_kv_heads * model_cfg.head_dim * slots * itemsize
 
 
+def pool_prompt_width(longest_prompt: int, chunk: int) -> int:
+  """The prompt part of a slot-pool row's window for a call whose longest prompt has
+  ``longest_prompt`` tokens: its power-of-two bucket, rounded up to whole prefill
+  chunks. A call of short prompts holds a short window; the buckets bound the
+  programs compiled (one per bucket)."""
+  return -(-bucket(longest_prompt, 1) // chunk) * chunk
+
+
+def pool_window(longest_prompt: int, max_new: int, *, chunk: int, granule: int) -> int:
+  """Cache positions of one slot-pool row: the prompt part (`pool_prompt_width`) plus
+  ``max_new`` rounded up to a power of two >= ``granule``."""
+  return pool_prompt_width(longest_prompt, chunk) + bucket(max_new, granule)
+
+
+def pool_cache_bytes(model_cfg, *, slots: int, window: int, itemsize: int, shrinks: int) -> int:
+  """Peak KV bytes of a slot pool of ``slots`` rows over ``window`` positions. At its
+  first shrink (``shrinks`` > 0) the half-size pool is gathered while the full one
+  is alive, so the peak is the full cache plus its half (rounded up)."""
+  half = -(-slots // 2) if shrinks and slots > 1 else 0
+  return (slots + half) * kv_bytes_per_row(model_cfg, slots=window, itemsize=itemsize)
+
+
 def kv_bytes_per_prompt(model_cfg, *, n: int, slots: int, itemsize: int) -> int:
   """KV-cache bytes of one prompt's n rows (plus its prefill) over ``slots`` positions."""
   return (n + 1) * kv_bytes_per_row(model_cfg, slots=slots, itemsize=itemsize)

@@ -12,18 +12,19 @@ from graft_jax.plan.lengths import ResponseLengths
 
 
 def test_the_pool_term_reads_every_slots_window_for_the_makespan():
-  # Qwen3-1.7B, 128 prompts x 8 in 256 slots; prompts of 400 tokens take 400 slots
-  # (one chunk), responses up to 4,096: a window of 4,496 slots.
+  # Qwen3-1.7B, 128 prompts x 8 in 256 slots; the call's longest prompt, 400 tokens, takes
+  # its 512 bucket (a multiple of the 256-token chunk), responses up to 4,096: a window of
+  # 4,608 slots.
   mc, rates = ModelConfig.qwen3_1p7b(), step_time.MEASURED_H200
   lengths = ResponseLengths(4096, 1200, 2.0)
   g = sampling_plan.pool_generate(mc, lengths, prompts=128, n=8, prompt_longest=400, slots=256,
-                                  rates=rates, live=False, prefill_chunk=400)
+                                  rates=rates, live=False, prefill_chunk=256)
   rows = lengths.sample(1024)
   assert g.steps_per_call == sampling_plan.makespan(rows, 256)
   # The pool ends after the longest row and no later than a static batch of 4 x 256 rows.
   assert rows.max() <= g.steps_per_call < 4 * rows.max()
-  assert (g.window, g.calls, g.rows_per_call) == (4496, 1, 256)
-  step_read = 2 * costs.all_params(mc) + 256 * 4496 * 2 * 28 * 8 * 128 * 2
+  assert (g.window, g.calls, g.rows_per_call) == (4608, 1, 256)
+  step_read = 2 * costs.all_params(mc) + 256 * 4608 * 2 * 28 * 8 * 128 * 2
   decode = g.steps_per_call * step_read / (rates.window_hbm_efficiency * 4.8e12)
   assert g.seconds > decode and g.seconds == pytest.approx(decode, rel=0.05)
 

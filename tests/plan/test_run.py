@@ -117,3 +117,23 @@ def test_placement_puts_each_share_on_its_gpus():
   rows = run_plan.placement(shared, 1, 100 * gib, [], [dict(servers[0], gpus=(0,)),
                                                        dict(servers[1], gpus=(0,))], 0)
   assert rows[0]["fraction"] == pytest.approx(1.3) and not rows[0]["fits"]
+
+
+def test_the_slot_pools_cache_is_in_the_memory_plan():
+  # Qwen3-1.7B by hand: 28 layers x 8 KV heads x 128, keys and values, bf16: 114,688
+  # bytes a position. The pair's pool: 64 slots over 4 batch devices = 16 a device,
+  # each a window of the 2,048-token prompt bucket + 4,096; shrinking, 8 more beside.
+  cfg = _cfg()
+  assert (cfg.rollout.sampler, cfg.rollout.pool_slots, cfg.max_prompt_len,
+          cfg.max_response_len, cfg.dtype) == ("pool", 64, 2048, 4096, "bfloat16")
+  qwen = run_plan.PRESETS["qwen3_1p7b"]()
+  per_position = 2 * 28 * 8 * 128 * 2
+  want = (16 + 8) * (2048 + 4096) * per_position
+  assert run_plan.sampler_kv_bytes(cfg, qwen, row_shards=4) == (want, True)
+  # The static sampler's budget is a different number: the pool's is not the sampler's.
+  static = run_plan.sampler_kv_bytes(_cfg(rollout__sampler="static"), qwen, row_shards=4)
+  assert static[0] != want
+  # 1,000 prompt tokens take the 1,024 bucket, in whole 256-token chunks.
+  odd = _cfg(max_prompt_len=1000, rollout__pool_slots=6)
+  assert run_plan.sampler_kv_bytes(odd, qwen, row_shards=4)[0] == (2 + 1) * (1024 + 4096) * (
+      per_position)

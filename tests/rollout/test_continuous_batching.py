@@ -66,29 +66,46 @@ def test_rows_do_not_depend_on_their_slot(model):
   _assert_same(one, _continuous(model, slots=5, prefill_group=3).generate(PROMPTS, 2, params))
 
 
-def test_one_program_across_prompt_counts_samples_and_lengths(model):
-  """Capacities set at construction: every call within them, whatever its prompt count,
-  samples per prompt and lengths, runs the first call's program."""
+def test_one_program_per_prompt_bucket_across_counts_samples_and_lengths(model):
+  """A call's window holds its own prompts: their longest, as a power of two in whole
+  16-token chunks. Every call in one bucket, whatever its prompt count, samples per
+  prompt and lengths, runs that bucket's program."""
   engine = ContinuousSamplerEngine(model, eos_ids=EOS, pad_id=PAD, slots=3, max_prompt_len=48,
                                    max_new_tokens=10, max_requests=12)
   params = SamplingParams(max_new_tokens=10, temperature=1.0)
   before = run_pool._cache_size()  # pylint: disable=protected-access
-  for prompts, n in (([[5] * 3, [6] * 4], 2), ([[7] * 20, [8] * 45, [9] * 33], 4),
-                     ([[6] * 17], 1), ([[4] * 2] * 5, 2), ([[3] * 48], 12)):
-    batch = engine.generate(prompts, n, params)
-    assert batch.tokens_BxL.shape == (len(prompts) * n, 10)
+  programs = lambda: run_pool._cache_size() - before  # pylint: disable=protected-access
+  # Longest 4 and 16 tokens: the 16-slot bucket; 17, 20 and 32: the 32-slot one.
+  for prompts, n in (([[5] * 3, [6] * 4], 2), ([[6] * 16], 1), ([[4] * 2] * 5, 2)):
+    assert engine.generate(prompts, n, params).tokens_BxL.shape == (len(prompts) * n, 10)
+  assert programs() == 1
+  for prompts, n in (([[7] * 17, [8] * 2], 4), ([[6] * 20], 1), ([[3] * 32] * 6, 2)):
+    assert engine.generate(prompts, n, params).tokens_BxL.shape == (len(prompts) * n, 10)
     engine.set_weights(model)
   engine.generate([[5] * 3], 2, SamplingParams(max_new_tokens=6, temperature=1.0))
-  assert run_pool._cache_size() - before == 1  # pylint: disable=protected-access
+  assert programs() == 2 and engine.max_prompt_len == 64  # planned for 48: the 64 bucket
   # Past a capacity: one more program, whose capacity the smaller calls then reuse.
-  engine.generate([[5] * 60], 2, params)
-  assert engine.max_prompt_len == 64
   engine.generate([[7] * 20] * 7, 2, params)
-  assert engine.max_requests == 16
-  assert run_pool._cache_size() - before == 3  # pylint: disable=protected-access
-  engine.generate([[5] * 3, [6] * 4], 2, params)
-  engine.generate([[9] * 50] * 3, 5, params)
-  assert run_pool._cache_size() - before == 3  # pylint: disable=protected-access
+  assert engine.max_requests == 16 and programs() == 3
+  engine.generate([[5] * 25, [6] * 4], 2, params)
+  assert programs() == 3
+  engine.generate([[5] * 60], 2, params)
+  assert programs() == 4 and engine.max_prompt_len == 64
+
+
+def test_a_short_call_holds_a_short_window(model):
+  """The cache of a call of short prompts spans their bucket, not the run's longest
+  prompt: the same requests in an engine planned for 512-token prompts decode the same
+  tokens as in one planned for 16, with no program at the 512 window."""
+  params = SamplingParams(max_new_tokens=12, temperature=1.0, seed=5)
+  prompts = [[5] * 3, [6] * 9]
+  wide = ContinuousSamplerEngine(model, eos_ids=EOS, pad_id=PAD, slots=2, max_prompt_len=512,
+                                 max_new_tokens=12, max_requests=4)
+  narrow = ContinuousSamplerEngine(model, eos_ids=EOS, pad_id=PAD, slots=2, max_prompt_len=16,
+                                   max_new_tokens=12, max_requests=4)
+  before = run_pool._cache_size()  # pylint: disable=protected-access
+  _assert_same(wide.generate(prompts, 2, params), narrow.generate(prompts, 2, params))
+  assert run_pool._cache_size() - before == 1  # pylint: disable=protected-access
 
 
 def test_metrics_follow_a_schedule_worked_by_hand(model):

@@ -13,8 +13,10 @@ from graft_jax.models import init_model
 from graft_jax.rollout import ContinuousSamplerEngine, JaxSamplerEngine, SamplingParams
 from tests.models.test_decode_kernel import CFG
 
-PROMPT = [5, 6, 7, 8, 9]  # left-padded to 16 slots: its span starts at slot 11
-SLOTS, MAX_PROMPT, BLOCK = 3, 64, 16  # windows of 64 + 16 slots: 5 blocks of 16
+# 37 tokens: the call's window is their 64-slot bucket + 16 new slots, 5 blocks of 16; the
+# prompt, left-padded to 48 slots (three 16-token chunks), spans slots 11..47.
+PROMPT = [5 + i % 40 for i in range(37)]
+SLOTS, MAX_PROMPT, BLOCK = 3, 64, 16
 BUDGETS = (1, 4)  # r0 ends after its first token, r1 after its fourth
 
 
@@ -50,12 +52,12 @@ def test_free_and_never_admitted_slots_read_one_block_and_stay_finite(monkeypatc
   assert (blocks == blocks[..., :1]).all()  # every kv head reads the same blocks
   reads = blocks[..., 0]
   # Slot 0 holds r0 at step 0, then is free; slot 1 holds r1 throughout; slot 2 never
-  # takes a request. A live row spans its prompt and its response so far: [11, 17 + t),
-  # two blocks.
+  # takes a request. A live row spans its prompt and its response so far: [11, 49 + t),
+  # four blocks.
   live_at = [(0, 0)] + [(t, 1) for t in range(steps)]
   for t, slot in live_at:
-    assert (start[t, :, slot, 0] == 11).all() and (end[t, :, slot, 0] == 17 + t).all()
-    assert (reads[t, :, slot] == 2).all()
+    assert (start[t, :, slot, 0] == 11).all() and (end[t, :, slot, 0] == 49 + t).all()
+    assert (reads[t, :, slot] == 4).all()
   assert (reads[1:, :, 0] == 1).all()  # finished: one block, not slots 11..79 (5)
   assert (reads[:, :, 2] == 1).all()  # never admitted: one block, not the window (5)
   assert engine.last_metrics["idle_kv_bytes_per_step"] > 0  # one slot each, counted
