@@ -121,8 +121,8 @@ def pair_config(arg, *, pair, model_a, model_b):
   c.rollout.sampler = 'pool'
   # A prompt prefilled 256 tokens a pass. A full pool's
   # refills mostly prefill one prompt alone, and each pass reads every weight, so
-  # passes cost more than the padding of a short prompt to 256 (launch/plan.py:
-  # pair 1's step 331 s at 256, 373 s at 64, 524 s at 16).
+  # passes cost more than the padding of a short prompt to 256 (launch/plan.py's pair 1
+  # step by chunk: BENCHMARKS.md, "The plan of the paper's pairs").
   c.rollout.pool_prefill_chunk = 256
   c.checkpoint.async_save = True  # fp32 params and moments: write while the next step runs
   if c.engine == 'vllm':

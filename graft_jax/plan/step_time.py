@@ -55,7 +55,7 @@ def window_efficiency(seconds: float, *, rows: int, prompt_slots: int, new_slots
 
 # The efficiencies benchmarks/gpu_check.py measured on one H200 for Qwen3-1.7B
 # (update at 8,192-token rows with full remat, scoring at 8,192, the JAX sampler
-# with 256 rows of 512 + 1,024 slots running all 1,024 steps in 36.9 s):
+# with 256 rows of 512 + 1,024 slots running all 1,024 steps, its time below):
 # BENCHMARKS.md, "On an NVIDIA H200". vLLM has not run on a GPU: its share is stated.
 MEASURED_H200 = Rates(train_mfu=0.30, score_mfu=0.51, decode_mfu=0.40, hbm_efficiency=0.19,
                       window_hbm_efficiency=window_efficiency(

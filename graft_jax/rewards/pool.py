@@ -213,7 +213,7 @@ class _Run:
       j = self.pending[0]
       gold, text, is_boxed = self.items[j]
       # Past the target size, only finish the current gold's items: a gold
-      # parsed once per worker is cached there (and can cost 30 ms).
+      # parsed once per worker is cached there (and parsing one is slow).
       if len(chunk) >= size and gold != chunk[-1][1]:
         break
       n = len(gold) + len(text)
