@@ -302,7 +302,8 @@ class VLLMEngine:
     """|vLLM - JAX| log-probs of the probe tokens under the weights now served."""
     if self._expected_probe is None:
       self._expected_probe = vllm_sync.jax_probe_logprobs(self._model, self._probe_ids)
-    mean, worst = vllm_sync.probe_gap(self.sidecar, self._expected_probe, self._probe_ids)
+    mean, worst = vllm_sync.probe_gap(self.sidecar, self._expected_probe, self._probe_ids,
+                                      timeout=self.request_timeout_s)
     self.last_probe = {"vllm_probe_mean_abs": mean, "vllm_probe_max_abs": worst}
     return self.last_probe
 

@@ -193,8 +193,10 @@ def jax_probe_logprobs(model, ids) -> np.ndarray:
   return np.asarray(distributed.to_host(logp), np.float64)[0, 1:]
 
 
-def vllm_probe_logprobs(sidecar, ids, *, timeout: float = 120.0) -> np.ndarray:
-  """The server's prompt log-probs of the same tokens (always before temperature)."""
+def vllm_probe_logprobs(sidecar, ids, *, timeout: float) -> np.ndarray:
+  """The server's prompt log-probs of the same tokens (always before temperature).
+  ``timeout``: the engine's limit for one request; a fresh server's first request
+  (this one) also pays its first-request warm-up."""
   out = sidecar.post("/v1/completions", {
       "model": sidecar.name, "prompt": list(ids), "max_tokens": 1, "temperature": 0.0,
       "prompt_logprobs": 0, "return_tokens_as_token_ids": True}, timeout=timeout)
@@ -202,8 +204,8 @@ def vllm_probe_logprobs(sidecar, ids, *, timeout: float = 120.0) -> np.ndarray:
   return np.array([entry[str(t)]["logprob"] for entry, t in zip(entries, ids[1:])], np.float64)
 
 
-def probe_gap(sidecar, expected_logp, ids) -> tuple[float, float]:
+def probe_gap(sidecar, expected_logp, ids, *, timeout: float) -> tuple[float, float]:
   """(mean, max) |vLLM - JAX| prompt log-prob over the probe's tokens; ``expected_logp`` is
   `jax_probe_logprobs` of the weights the server should hold (computed once per sync)."""
-  gap = np.abs(vllm_probe_logprobs(sidecar, ids) - expected_logp)
+  gap = np.abs(vllm_probe_logprobs(sidecar, ids, timeout=timeout) - expected_logp)
   return float(gap.mean()), float(gap.max())
