@@ -107,9 +107,9 @@ def pool_generate(mc, lengths, *, prompts: int, n: int, prompt_longest: int, slo
   (``live``, the pool's choice on GPUs), each row's prompt and tokens so far, else
   ``slots`` whole windows (the call's prompt bucket + new-token bucket); plus a
   prefill per row: its prompt's FLOPs (each chunk attends over the prompt's slots,
-  not the window), or, where more, the weights read once per chunk pass. The first fill prefills
-  ``prefill_group`` rows a pass; later rows are counted alone, as a full pool's refills
-  mostly are (one slot frees at a time), an upper bound on the passes."""
+  not the window), or, where more, the weights read once per chunk pass. The first
+  fill prefills ``prefill_group`` rows a pass; later rows are counted alone, as a full
+  pool's refills mostly are (one slot frees at a time), an upper bound on the passes."""
   rows = lengths.sample(prompts * n, seed).astype(np.float64)
   steps = makespan(rows, slots)
   width = -(-prompt_longest // prefill_chunk) * prefill_chunk  # a prompt's prefill chunks

@@ -54,6 +54,7 @@ from graft_jax.sharding import batch_axes, batch_shards
 
 DEFAULT_SHRINKS = 2  # the drain halves the pool at most this often (1.5x cache at the first)
 
+
 class ContinuousSamplerEngine:
   """Samples with a `graft_jax.models.Decoder` in a pool of ``slots`` decode rows.
 
