@@ -15,8 +15,15 @@ GPU_STAMP := $(VENV)/.installed-cuda
 VLLM_GPU_VENV := .venv-vllm-gpu
 VLLM_GPU_STAMP := $(VLLM_GPU_VENV)/.installed
 VLLM_GPU_PKG := vllm==0.32.0
+# PyPI's vLLM wheels are CUDA 13 builds (their torch's); a CUDA 12 vLLM is not on PyPI.
+VLLM_GPU_CUDA := 13
+# A weight push over NCCL needs one NCCL version at both ends. JAX's plugin asks for a
+# minimum NCCL, vLLM's torch pins one exactly, so both venvs take torch's version, which
+# the plugin accepts: each process then loads the one NCCL its packages were built for.
+# (Pointing vLLM at the trainer's NCCL instead would load two in each server.)
+GPU_LOCK := requirements/gpu-nccl.lock
 
-.PHONY: demo test test-order venv vllm-venv gpu-venv vllm-gpu-venv clean-venv gpu-wheels
+.PHONY: demo test test-order venv vllm-venv gpu-venv vllm-gpu-venv gpu-lock clean-venv gpu-wheels
 
 $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -39,21 +46,28 @@ $(VLLM_STAMP):
 
 vllm-venv: $(VLLM_STAMP)
 
-$(GPU_STAMP): pyproject.toml
+$(GPU_STAMP): pyproject.toml $(GPU_LOCK)
 	@test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -e '.[cuda$(CUDA)]'
+	$(VENV)/bin/python -m pip install -q -e '.[cuda$(CUDA)]' -c $(GPU_LOCK)
 	@touch $(GPU_STAMP)
 
 gpu-venv: $(GPU_STAMP)
 
-$(VLLM_GPU_STAMP):
+$(VLLM_GPU_STAMP): $(GPU_LOCK)
+	@test "$(CUDA)" = $(VLLM_GPU_CUDA) || { echo "PyPI's $(VLLM_GPU_PKG) is a CUDA \
+	$(VLLM_GPU_CUDA) build only (README: A real pair on GPUs)"; exit 1; }
 	@test -x $(VLLM_GPU_VENV)/bin/python || $(PY) -m venv $(VLLM_GPU_VENV)
 	$(VLLM_GPU_VENV)/bin/python -m pip install -q --upgrade pip
-	$(VLLM_GPU_VENV)/bin/python -m pip install -q $(VLLM_GPU_PKG)
+	$(VLLM_GPU_VENV)/bin/python -m pip install -q $(VLLM_GPU_PKG) -c $(GPU_LOCK)
 	@touch $(VLLM_GPU_STAMP)
 
 vllm-gpu-venv: $(VLLM_GPU_STAMP)
+
+# Rewrites $(GPU_LOCK) from PyPI's metadata, installing nothing: after a change to
+# VLLM_GPU_PKG or pyproject's cuda extras.
+gpu-lock: $(STAMP)
+	$(VENV)/bin/python scripts/gpu_lock.py
 
 demo: $(STAMP)
 	$(VENV)/bin/python launch/toy_job.py
@@ -61,7 +75,7 @@ demo: $(STAMP)
 # Two pytest-xdist workers, each test file (or the files sharing the vLLM servers)
 # in one of them: tests/conftest.py.
 test: $(STAMP) $(VLLM_STAMP)
-	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup tests
+	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup --durations=30 tests
 
 # The tests that share fixtures across files (the vLLM servers) once more, last to first
 # (tests/conftest.py): with the usual order, every two of them have run both ways round,

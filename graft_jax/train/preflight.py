@@ -25,6 +25,7 @@ from graft_jax.rollout import vllm_sidecar
 # The installs the fixes name (README: A real pair on GPUs).
 GPU_JAX_FIX = "pip install -e '.[cuda13]' (or '.[cuda12]'), or make gpu-venv"
 GPU_VLLM_FIX = "make vllm-gpu-venv and --config.vllm.python=.venv-vllm-gpu/bin/python"
+GPU_NCCL_FIX = "make gpu-venv vllm-gpu-venv (one NCCL: requirements/gpu-nccl.lock)"
 
 
 class PreflightError(ConfigError):
@@ -163,10 +164,9 @@ def nccl_failures(cfg, host: Host) -> list[ConfigError]:
   if mine == theirs:
     return []
   return [ConfigError(f"NCCL {version_text(mine)} in the trainer ({host.trainer_nccl}) but "
-                      f"{version_text(theirs)} for the vLLM servers "
-                      f"(vllm.nccl_library={cfg.vllm.nccl_library or server}): set "
-                      f"vllm.nccl_library={host.trainer_nccl} so the servers load the "
-                      f"trainer's", field="vllm.nccl_library")]
+                      f"{version_text(theirs)} for the vLLM servers (vllm.nccl_library="
+                      f"{cfg.vllm.nccl_library or server}): rebuild both, {GPU_NCCL_FIX}; or "
+                      f"set vllm.nccl_library={host.trainer_nccl}", field="vllm.nccl_library")]
 
 
 def server_nccl(v) -> str | None:

@@ -117,8 +117,8 @@ def test_nccl_versions_of_trainer_and_servers_differ(tmp_path):
   host = preflight.Host(gpus=4, backend="gpu", trainer_nccl=trainer)
   assert lines_of(cfg, host) == [
       f"preflight error: NCCL 2.28.5 in the trainer ({trainer}) but 2.27.3 for the vLLM "
-      f"servers (vllm.nccl_library={server}): set vllm.nccl_library={trainer} so the servers "
-      "load the trainer's"]
+      f"servers (vllm.nccl_library={server}): rebuild both, make gpu-venv vllm-gpu-venv (one "
+      f"NCCL: requirements/gpu-nccl.lock); or set vllm.nccl_library={trainer}"]
   # The fix the line names, and a server NCCL of the trainer's version, both pass.
   assert preflight.failures(cfg_of(f"vllm.python={python}", f"vllm.nccl_library={trainer}",
                                    *NCCL_PLACEMENT), host) == []
@@ -128,6 +128,18 @@ def test_nccl_versions_of_trainer_and_servers_differ(tmp_path):
   # Without NCCL pushes (a reload run) the versions do not matter.
   assert preflight.failures(cfg_of(f"vllm.python={python}", "vllm.weight_sync=reload",
                                    *NCCL_PLACEMENT), host) == []
+
+
+def test_the_nccl_version_that_make_installs_on_both_sides_passes(tmp_path):
+  """The Makefile installs both GPU venvs under requirements/gpu-nccl.lock's pins."""
+  lock = (REPO / "requirements" / "gpu-nccl.lock").read_text().splitlines()
+  (pinned,) = {line.split("==")[1] for line in lock if line and not line.startswith("#")}
+  major, minor, patch = map(int, pinned.split("."))
+  code = major * 10000 + minor * 100 + patch  # NCCL_VERSION_CODE from 2.9 on
+  python = fake_vllm_venv(tmp_path / "venv", "vllm-0.32.0.dist-info", nccl_version=code)
+  host = preflight.Host(gpus=4, backend="gpu", trainer_nccl=fake_nccl(tmp_path / "t", code))
+  assert preflight.failures(cfg_of(f"vllm.python={python}", *NCCL_PLACEMENT), host) == []
+  assert preflight.version_text(code) == pinned
 
 
 def test_nccl_missing_on_either_side_names_the_fix(tmp_path):
