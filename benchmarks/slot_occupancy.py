@@ -13,10 +13,12 @@ slot-steps over the slot-steps of the pool sizes that ran (the pool's drain
 halves it, `--shrinks` times at most); "whole pool" counts every step at the
 full size instead. Shrinking changes no decode step count, only each drain
 step's width. "Free slots' KV" is what the rows without a request attend to
-per step (each its own write slot), beside the busy rows' live KV.
+per step (each its own write slot), beside the busy rows' live KV. The third row
+refills only once ``--refill_at`` slots are free (`refill_at`), a group of that many
+prompts a pass: its prefill passes against the pool that refills each slot at once.
 
   .venv/bin/python benchmarks/slot_occupancy.py [--prompts 32 --n 8 --slots 32 --scale 64
-      --shrinks 2]
+      --shrinks 2 --refill_at 8]
 """
 
 import argparse
@@ -57,6 +59,7 @@ def main():
   ap.add_argument("--prompt_len", type=int, default=16)
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--shrinks", type=int, default=2)
+  ap.add_argument("--refill_at", type=int, default=8)  # also the prefill group
   args = ap.parse_args()
 
   cfg = ModelConfig(model_type="llama", vocab_size=512, hidden_size=64, intermediate_size=128,
@@ -71,10 +74,13 @@ def main():
   print(f"{args.prompts} prompts x {args.n} = {len(budgets)} responses, lengths / {args.scale}: "
         f"mean {budgets.mean():.1f}, max {budgets.max()}, at the cap "
         f"{np.mean(budgets >= cap):.1%}; {args.slots} slots")
-  for name, refill in (("static batch", False), ("slot pool", True)):
+  rows = (("static batch", False, 1), ("slot pool", True, 1),
+          (f"refill at {args.refill_at}", True, args.refill_at))
+  for name, refill, refill_at in rows:
     engine = ContinuousSamplerEngine(model, eos_ids=-1, pad_id=0, slots=args.slots,
                                      max_prompt_len=args.prompt_len, refill=refill,
-                                     shrinks=args.shrinks)
+                                     shrinks=args.shrinks, prefill_group=args.refill_at,
+                                     refill_at=refill_at)
     start = time.perf_counter()
     batch = engine.generate(prompts, args.n, params, budgets=budgets.tolist())
     seconds = time.perf_counter() - start
@@ -83,7 +89,8 @@ def main():
     print(f"{name:>12}: occupancy {m['slot_occupancy']:.1%} (whole pool "
           f"{m['slot_occupancy_full_pool']:.1%}), {m['decode_steps']:.0f} decode steps, "
           f"{m['tokens']:.0f} tokens, live KV {m['live_kv_bytes_per_step'] / 2**10:.1f} KiB/step, "
-          f"free slots' KV {m['idle_kv_bytes_per_step'] / 2**10:.1f} KiB/step "
+          f"free slots' KV {m['idle_kv_bytes_per_step'] / 2**10:.1f} KiB/step, "
+          f"{m['prefill_passes']:.0f} prefill passes "
           f"({seconds:.1f} s, compile included)")
 
 

@@ -13,7 +13,8 @@ health check: tests never depend on wall time.
 Under ``--dist loadgroup`` (`make test`) each test file is one group, so a
 worker runs all of a file and its module fixtures are built once; files whose
 tests share a session fixture that starts servers (``SHARED_SESSION_FIXTURES``)
-form one group, so those servers start once in one worker.
+form one group, so those servers start once in one worker; the files that start many
+processes under deadlines (``PROCESS_HEAVY_FILES``) form another.
 
 ``--reverse-order`` runs the selected tests last to first (`make test-order`): with
 the usual order, every two tests then run both ways round, so a test that depends on
@@ -27,6 +28,13 @@ from hypothesis import HealthCheck, settings
 
 # Session fixtures that start real servers: the files that use them run in one worker.
 SHARED_SESSION_FIXTURES = ("vllm_servers",)
+# Files whose runs start many processes (vLLM servers, fake-device meshes, whole
+# benchmark jobs) under deadlines: side by side on a 2-core runner each starves the
+# others past them, so they share one group and run one after another.
+PROCESS_HEAVY_FILES = ("tests/distributed/test_two_process_vllm.py",
+                       "tests/benchmarks/toy/test_toy_benchmark_stop.py",
+                       "tests/sharding/test_launch_mesh.py")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Both derive from hypothesis's own defaults, not from whichever profile it
 # loaded on import (it loads a built-in "ci" whenever `CI` exists, even empty).
@@ -66,7 +74,8 @@ def pytest_report_header(config):
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
   """An ``xdist_group`` per test file, or the shared fixture's name for every file in
-  which a test uses one of ``SHARED_SESSION_FIXTURES``; the reversal if asked for."""
+  which a test uses one of ``SHARED_SESSION_FIXTURES``, or one group for the
+  ``PROCESS_HEAVY_FILES``; the reversal if asked for."""
   if config.getoption("reverse_order"):
     items.reverse()
   group_of = {}
@@ -74,6 +83,8 @@ def pytest_collection_modifyitems(config, items):
     shared = [f for f in SHARED_SESSION_FIXTURES if f in getattr(item, "fixturenames", ())]
     if shared:
       group_of[item.path] = shared[0]
+    if os.path.relpath(item.path, ROOT) in PROCESS_HEAVY_FILES:
+      group_of[item.path] = "process-heavy"
     group_of.setdefault(item.path, str(item.path))
   for item in items:
     item.add_marker(pytest.mark.xdist_group(group_of[item.path]))

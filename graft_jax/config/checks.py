@@ -158,6 +158,7 @@ def _check_batching(cfg) -> None:
   _check_range(cfg, 'rollout.pool_slots', lo=1)
   _check_range(cfg, 'rollout.pool_prefill_chunk', lo=1)
   _check_range(cfg, 'rollout.pool_prefill_group', lo=1)
+  _check_range(cfg, 'rollout.pool_refill_at', lo=0)
   try:
     cfg.mesh.check()
   except MeshAxisError as e:

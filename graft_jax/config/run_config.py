@@ -80,17 +80,17 @@ class RolloutConfig:
   # process (vLLM) under one trainer process, 'on' = the same but stop the run where
   # it cannot, 'off' = one model after the other. The rollouts are the same.
   concurrent: str = 'auto'
-  # The JAX engine (engine='jax'): 'static' decodes each call's rows until its longest
-  # stops (graft_jax.rollout.jax_engine); 'pool' keeps ``pool_slots`` decode slots busy,
-  # a finished row's slot taking the next waiting (prompt, sample), and validates the
-  # whole suite in one call per model (graft_jax.rollout.continuous). Same keys, same
-  # tokens. On a mesh its slots split over the batch axes (pool_slots a multiple of them).
+  # The JAX engine (engine='jax'): 'static' decodes each call's rows until its longest stops
+  # (graft_jax.rollout.jax_engine); 'pool' keeps ``pool_slots`` decode slots busy, a finished
+  # row's slot taking the next waiting (prompt, sample), validation one call per model
+  # (graft_jax.rollout.continuous). Same tokens. On a mesh, slots split over the batch axes.
   sampler: str = 'static'
   pool_slots: int = 64  # decode rows of the pool; its KV cache holds this many windows
   pool_prefill_chunk: int = 16  # prompt tokens per prefill pass (a prompt takes a multiple)
-  # Prompts a refill prefills together in one batched pass per chunk (a lone one alone):
-  # fewer passes over the weights, each computing this many rows.
+  # Prompts a refill prefills together in one batched pass per chunk (each pass reads every
+  # weight); a device refills once pool_refill_at slots are free (0: pool_prefill_group).
   pool_prefill_group: int = 8
+  pool_refill_at: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

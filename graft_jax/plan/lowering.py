@@ -135,7 +135,8 @@ def _pool(cfg, model, params: SamplingParams, n: int, requests: int, mesh=None):
   eos, pad = _ids(model.cfg)
   engine = ContinuousSamplerEngine(
       model, eos_ids=eos, pad_id=pad, slots=pool.slots, prefill_chunk=pool.prefill_chunk,
-      prefill_group=pool.prefill_group, max_prompt_len=pool.max_prompt_len,
+      prefill_group=pool.prefill_group, refill_at=pool.refill_at,
+      max_prompt_len=pool.max_prompt_len,
       max_new_tokens=pool.max_new_tokens, max_requests=max(pool.max_requests, requests),
       mesh=mesh)
   r, state = engine.max_requests, _decoding(engine.state, engine.dtype)

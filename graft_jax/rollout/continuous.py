@@ -82,6 +82,9 @@ class ContinuousSamplerEngine:
     refill: a free slot takes the next request at once; False: only once every slot
       is free (a static batch of ``slots`` rows, the baseline its occupancy is
       measured against).
+    refill_at: with refill, a device admits waiting requests once this many of its
+      slots are free (or the queue fits them): one prefill pass per ``refill_at``
+      requests instead of one per freed slot (`graft_jax.rollout.slot_pool`).
     decode_attention: 'auto' (a live-span kernel on a GPU or TPU where the window allows
       it, XLA's elsewhere), 'xla' or 'live' (`graft_jax.models.Decoder.set_decode_attention`).
     shrinks: how many times the drain may halve the pool (refill only).
@@ -92,14 +95,15 @@ class ContinuousSamplerEngine:
   def __init__(self, model, *, eos_ids: int | Sequence[int], pad_id: int, slots: int = 64,
                prefill_chunk: int = 16, prefill_group: int = 8, max_prompt_len: int = 256,
                max_new_tokens: int = 16, max_requests: int = 1, cache_dtype=None,
-               refill: bool = True,
+               refill: bool = True, refill_at: int = 1,
                decode_attention: str = "auto", shrinks: int = DEFAULT_SHRINKS, mesh=None):
     self.eos_ids = tuple(int(e) for e in np.atleast_1d(eos_ids))
     if not self.eos_ids:
       raise ValueError("ContinuousSamplerEngine needs at least one EOS id")
-    if min(slots, prefill_chunk, prefill_group) < 1:
-      raise ValueError(f"ContinuousSamplerEngine: slots, prefill_chunk and prefill_group must "
-                       f"be >= 1, got {slots}, {prefill_chunk} and {prefill_group}")
+    if min(slots, prefill_chunk, prefill_group, refill_at) < 1:
+      raise ValueError(f"ContinuousSamplerEngine: slots, prefill_chunk, prefill_group and "
+                       f"refill_at must be >= 1, got {slots}, {prefill_chunk}, {prefill_group} "
+                       f"and {refill_at}")
     self.pad_id = int(pad_id)
     self.slots = int(slots)
     if shrinks < 0:
@@ -125,7 +129,7 @@ class ContinuousSamplerEngine:
     self.max_new_tokens = bucket(max_new_tokens, self.granule)
     self.max_requests = int(max_requests)
     self.cache_dtype = cache_dtype
-    self.refill = bool(refill)
+    self.refill, self.refill_at = bool(refill), int(refill_at)
     if decode_attention not in ("auto", "xla", "live"):
       raise ValueError(f"ContinuousSamplerEngine: decode_attention must be auto, xla or live, "
                        f"got {decode_attention!r}")
@@ -212,12 +216,13 @@ class ContinuousSamplerEngine:
                  group=self.prefill_group, eos_ids=self.eos_ids, pad_id=self.pad_id,
                  greedy=greedy, top_k=0 if greedy else min(params.top_k, self.vocab_size),
                  use_top_p=not greedy and params.top_p < 1.0, cache_dtype=self.cache_dtype,
-                 refill=self.refill, shrinks=self.shrinks, mesh=self.mesh,
+                 refill=self.refill, refill_at=self.refill_at, shrinks=self.shrinks,
+                 mesh=self.mesh,
                  batch_axes=self.batch_axes))
 
   def _metrics(self, out, lengths) -> dict[str, float]:
-    """The call's tokens generated, mean slot occupancy and live (and free slots') KV bytes
-    per decode step."""
+    """The call's tokens generated, mean slot occupancy, live (and free slots') KV bytes
+    per decode step, and refill passes (the most on any device)."""
     iterations = max(1, int(out.iterations))
     per_token = kv_bytes_per_row(self.model_cfg, slots=1, itemsize=self.kv_itemsize)
     busy = float(out.busy_slot_steps)
@@ -225,7 +230,8 @@ class ContinuousSamplerEngine:
             "slot_occupancy": busy / max(1, int(out.pool_slot_steps)),
             "slot_occupancy_full_pool": busy / (iterations * self.slots),
             "live_kv_bytes_per_step": float(out.live_kv_tokens) * per_token / iterations,
-            "idle_kv_bytes_per_step": float(out.idle_kv_slots) * per_token / iterations}
+            "idle_kv_bytes_per_step": float(out.idle_kv_slots) * per_token / iterations,
+            "prefill_passes": float(out.prefill_passes)}
 
   def compiled_programs(self) -> int:
     """How many programs the pool has compiled in this process (all engines)."""

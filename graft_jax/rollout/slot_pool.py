@@ -1,10 +1,15 @@
 """Continuous batching: a fixed pool of decode slots fed from a queue of requests.
 
 Request ``r`` is sample ``r % n`` of prompt ``r // n``. Each loop iteration
-first refills every free slot with the next waiting request (prefilled into
-that slot's cache row in chunks of ``chunk`` tokens, up to ``group`` prompts
-of mixed lengths in one batched pass, `prefill_rows`), then samples one token
-in every busy slot and runs the new tokens through the model. A slot whose
+first refills the free slots with the next waiting requests (prefilled into
+their cache rows in chunks of ``chunk`` tokens, up to ``group`` prompts of
+mixed lengths in one batched pass, `prefill_rows`), then samples one token in
+every busy slot and runs the new tokens through the model. A pass reads every
+weight however few prompts it holds, and a full pool frees about one slot at a
+time, so a device refills only once ``refill_at`` of its slots are free (or
+every waiting request fits the free slots): one pass for ``refill_at`` prompts
+rather than one each, for about (``refill_at`` - 1) / 2 slots idle per device
+while the queue lasts. A slot whose
 request ends (EOS or its token budget) is free at the next iteration, so the
 pool stays full until the queue is empty; the loop ends when the queue is
 empty and every slot is free. A static batch instead decodes until its
@@ -34,7 +39,8 @@ device holds ``slots / devices`` slots and their cache rows, and runs the
 model on them with the weights whole (or as the mesh's other axes split
 them). The queue stays one queue: each refill gives the waiting requests to
 the free slots in the order of the slots' global index (device-major), as
-one device would, so the pool decodes the schedule it decodes on one device;
+one device would, so with ``refill_at`` = 1 the pool decodes the schedule it
+decodes on one device (with more, each device waits for its own free slots);
 a shrink halves every device's share, once each device's live rows fit half
 of it. Per refill and step the devices exchange their free and live slot
 counts alone; each writes its requests' tokens into its copy of the outputs,
@@ -69,6 +75,7 @@ class PoolOutput(NamedTuple):
   pool_slot_steps: jax.Array   # int32 sum over steps of the pool's slots (busy or not)
   live_kv_tokens: jax.Array    # float32 sum over steps and busy slots of the keys attended
   idle_kv_slots: jax.Array     # float32 sum over steps and free slots of the span attended
+  prefill_passes: jax.Array    # int32 refill passes (a group's prompts together), most per device
 
 
 class _Pool(NamedTuple):
@@ -101,6 +108,18 @@ class _Devices(NamedTuple):
 
   def max(self, x):
     return jax.lax.pmax(x, self.axes) if self.axes else x
+
+
+def refill_shares(devices: _Devices, free, next_req, num_requests, refill_at: int):
+  """(this device's first request, how many it takes, how many all take) of a refill, with
+  ``free`` slots here: the waiting requests in the devices' order. A device takes any once
+  ``refill_at`` of its slots are free, or when the whole queue fits the free slots."""
+  free_D = devices.gather(free)
+  queued = num_requests - next_req
+  free_D = jnp.where((free_D >= refill_at) | (free_D.sum() >= queued), free_D, 0)
+  first = next_req + jnp.cumsum(free_D)[devices.index()] - free_D[devices.index()]
+  return (first, jnp.clip(num_requests - first, 0, free_D[devices.index()]),
+          jnp.clip(queued, 0, free_D.sum()))
 
 
 def prompt_slots(prompt_len, chunk: int):
@@ -186,19 +205,20 @@ def _compact(pool: _Pool, size: int) -> _Pool:
 
 @functools.partial(jax.jit, static_argnames=(
     "graphdef", "slots", "max_new", "chunk", "group", "eos_ids", "pad_id", "greedy", "top_k",
-    "use_top_p", "cache_dtype", "refill", "shrinks", "mesh", "batch_axes"))
+    "use_top_p", "cache_dtype", "refill", "refill_at", "shrinks", "mesh", "batch_axes"))
 def run_pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, n, budget_R, key,
              temperature, top_p, *, slots: int, max_new: int, chunk: int, group: int,
              eos_ids: tuple[int, ...], pad_id: int, greedy: bool, top_k: int, use_top_p: bool,
-             cache_dtype=None, refill: bool = True, shrinks: int = 0, mesh=None,
-             batch_axes: tuple[str, ...] = ()) -> PoolOutput:
+             cache_dtype=None, refill: bool = True, refill_at: int = 1, shrinks: int = 0,
+             mesh=None, batch_axes: tuple[str, ...] = ()) -> PoolOutput:
   """Samples the first ``num_requests`` (traced) requests in a pool of ``slots``,
   request r being sample ``r % n`` (``n`` traced) of prompt ``r // n``.
 
   ``prompts_PxL`` holds each prompt left-aligned, ``prompt_len_P`` their lengths
   (at most L, a multiple of ``chunk``); request r may sample up to
   ``budget_R[r]`` (<= ``max_new``) tokens; R bounds ``num_requests``. Cache rows
-  hold L + max_new slots. A refill prefills up to ``group`` prompts together.
+  hold L + max_new slots. A refill prefills up to ``group`` prompts together; a device
+  refills once ``refill_at`` of its slots are free (or the queue fits the free slots).
   Without ``refill`` requests enter only when every slot is free: a static batch of
   ``slots`` rows that decodes until its longest row stops, on the same counters.
   ``shrinks``: how many times the drain may halve the pool. With a ``mesh``, the
@@ -207,7 +227,7 @@ def run_pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, n, budget
   args = (state, prompts_PxL, prompt_len_P, num_requests, n, budget_R, key, temperature, top_p)
   kw = dict(max_new=max_new, chunk=chunk, group=group, eos_ids=eos_ids, pad_id=pad_id,
             greedy=greedy, top_k=top_k, use_top_p=use_top_p, cache_dtype=cache_dtype,
-            refill=refill, shrinks=shrinks)
+            refill=refill, refill_at=refill_at, shrinks=shrinks)
   if mesh is None or not batch_axes:
     return _pool(graphdef, *args, devices=_Devices((), 1), slots=slots, **kw)
   count = 1
@@ -224,7 +244,7 @@ def _pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, n, budget_R,
           temperature, top_p, *, devices: _Devices, slots: int, max_new: int, chunk: int,
           group: int,
           eos_ids: tuple[int, ...], pad_id: int, greedy: bool, top_k: int, use_top_p: bool,
-          cache_dtype, refill: bool, shrinks: int) -> PoolOutput:
+          cache_dtype, refill: bool, refill_at: int, shrinks: int) -> PoolOutput:
   """`run_pool` on one device's ``slots`` slots, the queue shared with ``devices``."""
   model = nnx.merge(graphdef, state)
   r = budget_R.shape[0]
@@ -235,7 +255,7 @@ def _pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, n, budget_R,
   # Each device writes only its requests' entries: zeros elsewhere, summed at the end.
   out = PoolOutput(jnp.zeros((r, max_new), jnp.int32), jnp.zeros((r, max_new), jnp.float32),
                    jnp.zeros((r,), jnp.int32), jnp.zeros((r,), jnp.int32), jnp.int32(0),
-                   jnp.int32(0), jnp.int32(0), jnp.float32(0), jnp.float32(0))
+                   jnp.int32(0), jnp.int32(0), jnp.float32(0), jnp.float32(0), jnp.int32(0))
   init = _Pool(jnp.int32(0), zeros(jnp.int32), zeros(jnp.int32), zeros(jnp.int32),
                zeros(jnp.int32), zeros(bool),
                jnp.zeros((slots, model.cfg.vocab_size), jnp.float32),
@@ -265,10 +285,8 @@ def _pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, n, budget_R,
   def refill_slots(pool: _Pool) -> _Pool:
     """The waiting requests into the free slots, in the order of the slots' global index,
     ``group`` at a time (a lone one alone)."""
-    free_D = devices.gather(slots - pool.busy_B.sum(dtype=jnp.int32))
-    first = pool.next_req + jnp.cumsum(free_D)[devices.index()] - free_D[devices.index()]
-    take = jnp.clip(num_requests - first, 0, free_D[devices.index()])
-    admitted = jnp.clip(num_requests - pool.next_req, 0, free_D.sum())
+    first, take, admitted = refill_shares(devices, slots - pool.busy_B.sum(dtype=jnp.int32),
+                                          pool.next_req, num_requests, min(refill_at, slots))
     if not refill:  # a static batch fills an empty pool
       opens = devices.sum(pool.busy_B.sum(dtype=jnp.int32)) == 0
       take, admitted = jnp.where(opens, take, 0), jnp.where(opens, admitted, 0)
@@ -280,7 +298,8 @@ def _pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, n, budget_R,
       pool = jax.lax.cond(left > 1,
                           lambda p: admit(group, first + done, jnp.minimum(left, group), p),
                           lambda p: admit(1, first + done, jnp.minimum(left, 1), p), pool)
-      return done + jnp.where(left > 1, group, 1), pool
+      out = pool.out._replace(prefill_passes=pool.out.prefill_passes + 1)
+      return done + jnp.where(left > 1, group, 1), pool._replace(out=out)
 
     _, pool = jax.lax.while_loop(lambda c: c[0] < take, admit_next, (jnp.int32(0), pool))
     return pool._replace(next_req=pool.next_req + admitted)
@@ -319,7 +338,7 @@ def _pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, n, budget_R,
         o.pool_slot_steps + size * devices.count,
         o.live_kv_tokens + jnp.where(busy_B, pool.plen_B + step_B, 0).sum(dtype=jnp.float32),
         o.idle_kv_slots + jnp.where(busy_B, 0, index_B + 1 - jnp.argmax(kv_mask_BxS, axis=1)).sum(
-            dtype=jnp.float32))
+            dtype=jnp.float32), o.prefill_passes)
     return pool._replace(step_B=step_B, busy_B=busy_B & ~ends_B, logits_BxV=logits_BxV,
                          kv_mask_BxS=kv_mask_BxS, cache=cache, out=out)
 
@@ -347,4 +366,5 @@ def _pool(graphdef, state, prompts_PxL, prompt_len_P, num_requests, n, budget_R,
   return PoolOutput(jnp.where(written_RxM, devices.sum(o.tokens_RxM), pad_id),
                     devices.sum(o.logp_RxM), lengths_R, devices.sum(o.finished_R) > 0,
                     o.iterations, devices.sum(o.busy_slot_steps), o.pool_slot_steps,
-                    devices.sum(o.live_kv_tokens), devices.sum(o.idle_kv_slots))
+                    devices.sum(o.live_kv_tokens), devices.sum(o.idle_kv_slots),
+                    devices.max(o.prefill_passes))

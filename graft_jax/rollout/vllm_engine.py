@@ -1,11 +1,10 @@
 """`VLLMEngine`: a `RolloutEngine` backed by a vLLM sidecar, with weight sync and restarts.
 
-Log-prob convention (the same as `JaxSamplerEngine`): `logp_BxL` is
-`log_softmax(logits / T)` of the sampled token, `log_softmax(logits)` when
-greedy (T = 0). The server runs with `--logprobs-mode processed_logprobs`,
-which gives exactly that when top-k and top-p are off (the training
-default). With top-k/top-p on, vLLM reports the log-prob under the filtered,
-renormalised distribution instead; the tokens are still correct.
+Log-prob convention (the same as `JaxSamplerEngine`): `logp_BxL` is `log_softmax(logits /
+T)` of the sampled token, `log_softmax(logits)` when greedy (T = 0). The server runs with
+`--logprobs-mode processed_logprobs`, which gives exactly that when top-k and top-p are
+off (the training default); with them on, vLLM reports the log-prob under the filtered,
+renormalised distribution instead (the tokens are still correct).
 
 After a stop signal (``preemption.stopped_since``), or once closed, no server is
 started or restarted: a sampling call in flight fails at once (the trainer has
@@ -29,6 +28,7 @@ import pathlib
 import secrets
 import shutil
 import stat
+import threading
 import time
 import weakref
 from typing import Sequence
@@ -133,11 +133,9 @@ class VLLMEngine:
       default 1e-3 when both sides compute in float32, else 0.25.
     max_restarts: restarts per call before giving up.
     request_timeout_s: limit for one HTTP request.
-    health_every_s: while waiting, poll /health this often; three misses in a
-      row count as a hung server.
+    health_every_s: while waiting, poll /health this often; 3 misses = a hung server.
     max_concurrency: parallel HTTP requests (one per prompt); 0 sends every prompt of a
-      call at once: a cap would hold prompts back while the server has room, and each
-      request waits for its slowest sample.
+      call at once (a cap holds prompts back while the server has room).
     weight_sync: 'reload' (safetensors + reload_weights), or on CUDA GPUs 'nccl' /
       'ipc' (vLLM's weight-transfer API, `graft_jax.rollout.weight_transfer`). A push
       backend starts the server from a tied checkpoint when the model ties its
@@ -147,6 +145,8 @@ class VLLMEngine:
     sync_timeout_s: the longest an NCCL push may take (`weight_transfer.deadline`). A
       push aborted at it leaves the server on older weights: `sync_failure` holds the
       error, `generate` refuses to sample, and the trainer saves the step and stops.
+    start_after: engines whose servers share this one's GPU: it first launches once
+      they answer /health (`_start_in_turn`), at its first call.
   """
 
   # Sampling runs in the server's process, off the trainer's devices, so several
@@ -158,7 +158,8 @@ class VLLMEngine:
                weights_dir=None, check_every: int = 10, probe_tolerance: float | None = None,
                max_restarts: int = 2, request_timeout_s: float = 3600.0,
                health_every_s: float = 10.0, max_concurrency: int = 0,
-               weight_sync: str = "reload", sync_timeout_s: float = 120.0):
+               weight_sync: str = "reload", sync_timeout_s: float = 120.0,
+               start_after: Sequence[VLLMEngine] = ()):
     self.eos_ids = tuple(int(e) for e in np.atleast_1d(eos_ids))
     if not self.eos_ids:
       raise ValueError("VLLMEngine needs at least one EOS id")
@@ -203,6 +204,9 @@ class VLLMEngine:
     if self._multi:
       self._expected_probe = vllm_sync.jax_probe_logprobs(model, self._probe_ids)
     self.sidecar, self._cleanup, self._closed = None, lambda: None, False
+    # Whether each of start_after was ready when this server launched; the start probed.
+    self._start_after, self.started_after_ready = tuple(start_after), None
+    self._turn, self._probed_start = threading.Lock(), 0
     if self._serves:
       _link_weights(pathlib.Path(run_dir), self.weights_dir)
       self.sidecar = VLLMSidecar(self.weights_dir, run_dir, options, name=name)
@@ -210,7 +214,8 @@ class VLLMEngine:
         self.sidecar.cleanup_dirs = (self.weights_dir,)
       # Also runs at interpreter exit, for engines nobody closed.
       self._cleanup = weakref.finalize(self, _shut_down, self.sidecar, self.weights_dir)
-      self.sidecar.start()  # boots while the caller does other work
+      if not self._start_after:
+        self.sidecar.start()  # boots while the caller does other work
 
   @property
   def name(self) -> str:
@@ -418,11 +423,12 @@ class VLLMEngine:
     failures = 0
     while True:
       try:
-        if not self.sidecar.ready:
+        if not self.sidecar.ready or self._probed_start != self.sidecar.starts:
           self._unless_stopping(None)
-          self.sidecar.wait_ready()
+          self._start_in_turn()
           self._restore_weights()
           self._probe()  # a fresh server must serve the trainer's weights
+          self._probed_start = self.sidecar.starts
         result = fn()
         self._served = True
         return result
@@ -447,6 +453,21 @@ class VLLMEngine:
         log.warning("%s: %s; restarting vLLM (restart %d)", self.name, e, self.restarts)
         self.sidecar.stop()
         self.sidecar.start()
+
+  def _start_in_turn(self) -> None:
+    """Waits until this engine's server answers /health; its first launch waits for every
+    server in ``start_after`` (each after its own) to be ready, since vLLM sizes its
+    cache from the GPU memory it finds free (`graft_jax.rollout.vllm_setup`)."""
+    with self._turn:
+      if self.sidecar.starts == 0:
+        for earlier in self._start_after:
+          s = earlier.sidecar  # its first start pending or up (0 or 1 <= alive): not a restart
+          if s is not None and not earlier._closed and s.starts <= s.alive():
+            earlier._start_in_turn()
+        self.started_after_ready = {e.name: bool(e.sidecar and e.sidecar.ready)
+                                    for e in self._start_after}
+        self.sidecar.start()
+      self.sidecar.wait_ready()
 
   def _unless_stopping(self, error: Exception | None) -> None:
     """Raises `SidecarStopped` (from ``error``) once the run got a stop signal or the

@@ -33,6 +33,7 @@ class PoolSettings:
   max_prompt_len: int
   max_new_tokens: int = 16
   max_requests: int = 1
+  refill_at: int = 1  # free slots a device waits for before a refill
 
   @classmethod
   def from_config(cls, cfg) -> "PoolSettings | None":
@@ -41,7 +42,8 @@ class PoolSettings:
     if cfg.engine != "jax" or r.sampler != "pool":
       return None
     return cls(r.pool_slots, r.pool_prefill_chunk, r.pool_prefill_group, cfg.max_prompt_len,
-               cfg.max_response_len, cfg.prompts_per_step * cfg.n)
+               cfg.max_response_len, cfg.prompts_per_step * cfg.n,
+               r.pool_refill_at or r.pool_prefill_group)
 
 
 @dataclasses.dataclass
@@ -110,9 +112,8 @@ def make_policy(name: str, model, tokenizer, opt_cfg, prompt_suffix: str, *,
   same way (its moments by their parameters' axes, step counts replicated):
   ``tx.init`` runs under the mesh with explicit ``out_shardings``, so no
   state ever sits whole on one device. The compiled update keeps both.
-  ``sampler_streams`` is the engine's ``streams`` (0: its default).
-  ``pool`` (a `PoolSettings`) swaps the static sampler for the slot pool
-  (`ContinuousSamplerEngine`), its slots split over the mesh's batch axes.
+  ``sampler_streams`` is the engine's ``streams`` (0: its default). ``pool`` (a
+  `PoolSettings`) swaps the static sampler for the slot pool (`ContinuousSamplerEngine`).
   """
   tx = make_optimizer(opt_cfg)
   param_sharding = opt_sharding = None
@@ -130,13 +131,9 @@ def make_policy(name: str, model, tokenizer, opt_cfg, prompt_suffix: str, *,
                               pad_id=tokenizer.pad_token_id, state_sharding=param_sharding,
                               mesh=mesh, streams=sampler_streams or None)
   else:
-    engine = ContinuousSamplerEngine(model, eos_ids=tokenizer.eos_token_id,
-                                     pad_id=tokenizer.pad_token_id, slots=pool.slots,
-                                     prefill_chunk=pool.prefill_chunk,
-                                     prefill_group=pool.prefill_group,
-                                     max_prompt_len=pool.max_prompt_len,
-                                     max_new_tokens=pool.max_new_tokens,
-                                     max_requests=pool.max_requests, mesh=mesh)
+    engine = ContinuousSamplerEngine(model, eos_ids=tokenizer.eos_token_id,  # same fields
+                                     pad_id=tokenizer.pad_token_id, mesh=mesh,
+                                     **dataclasses.asdict(pool))
   ref = jax.tree.map(np.asarray, params) if keep_reference else None
   return Policy(name, graphdef, params, opt_state, tx, tokenizer, engine, prompt_suffix, ref, mesh,
                 param_sharding, opt_sharding)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -148,61 +147,6 @@ def log_state_bytes(trainer: Trainer) -> None:
              format_bytes(max_bytes_per_device(p.opt_state)))
 
 
-def vllm_engine(cfg, name: str, model, tokenizer):
-  """A vLLM sidecar engine for one policy, set up from ``cfg.vllm``; its files go to
-  ``<workdir>/vllm/<name>``. With ``vllm.data_parallel`` > 1, that many servers
-  (``<name>/r<i>``) as one engine (`rollout.vllm_replicas`), one weights folder shared."""
-  from graft_jax.rollout.vllm_engine import VLLMEngine, default_weights_dir
-  from graft_jax.rollout.vllm_replicas import VLLMReplicas
-  from graft_jax.rollout.vllm_sidecar import SidecarOptions
-
-  v = cfg.vllm
-  opts = {f.name: getattr(v, f.name) for f in dataclasses.fields(SidecarOptions)
-          if hasattr(v, f.name)}
-  opts["max_model_len"] = v.max_model_len or cfg.max_prompt_len + cfg.max_response_len
-  run_dir = pathlib.Path(cfg.workdir, "vllm", name)
-  gpus = next(g for _, n, g in config_placement.server_gpus(cfg) if n == name)
-  groups = config_placement.replica_gpus(gpus, v.data_parallel)
-
-  def engine(replica_gpus, folder, **kw):
-    return VLLMEngine(
-        model, eos_ids=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, run_dir=folder,
-        options=SidecarOptions(**{**opts, **placement_options(cfg, replica_gpus)}), name=name,
-        **{**vllm_engine_settings(v), "weight_sync": sync_backend(cfg, replica_gpus)}, **kw)
-
-  if len(groups) == 1:
-    return engine(gpus, run_dir)
-  shared = default_weights_dir(run_dir)
-  return VLLMReplicas([engine(g, run_dir / f"r{i}", weights_dir=shared)
-                       for i, g in enumerate(groups)])
-
-
-def sync_backend(cfg, gpus=None) -> str:
-  """``vllm.weight_sync`` for this run's devices and processes, of the server on ``gpus``
-  (None: the run's) (`config_placement.sync_backend`)."""
-  return config_placement.sync_backend(cfg, on_gpu=jax.default_backend() == "gpu",
-                                       processes=jax.process_count(), gpus=gpus)
-
-
-def placement_options(cfg, gpus) -> dict:
-  """``SidecarOptions`` fields that place a server on ``gpus`` (config ids; () unplaced): its
-  bind address and ``CUDA_VISIBLE_DEVICES`` (the inherited one's entries those ids index,
-  `config_placement.physical_gpus`) and a tensor-parallel size of one per GPU."""
-  out = {"host": cfg.vllm.host}
-  if gpus:
-    out["tensor_parallel_size"] = len(gpus)
-    out["env"] = (("CUDA_VISIBLE_DEVICES", ",".join(config_placement.physical_gpus(gpus))),)
-  return out
-
-
-def vllm_engine_settings(v) -> dict:
-  """``VLLMEngine``'s recovery and check settings from a ``VllmConfig``."""
-  return dict(check_every=v.check_every, probe_tolerance=v.probe_tolerance or None,
-              max_restarts=v.max_restarts, request_timeout_s=v.request_timeout_s,
-              health_every_s=v.health_every_s, max_concurrency=v.max_concurrency,
-              weight_sync=v.weight_sync, sync_timeout_s=v.sync_timeout_s)
-
-
 def attach_engines(trainer: Trainer, make_engine) -> None:
   """Swaps each policy's JAX sampler for ``make_engine(name, model, tokenizer)``, built
   from the current (possibly restored) weights."""
@@ -254,8 +198,11 @@ def build_trainer(cfg, *, reward_fn=None, build_models=None) -> Trainer:
       pool.close()
     raise
   if cfg.engine == "vllm":
+    from graft_jax.rollout.vllm_setup import vllm_engine
+    placed = []  # the servers so far: those sharing a GPU start in turn
+
     def owned_engine(name, model, tokenizer):
-      engine = vllm_engine(cfg, name, model, tokenizer)
+      engine = vllm_engine(cfg, name, model, tokenizer, placed)
       trainer.own(engine)
       return engine
     try:

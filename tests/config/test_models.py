@@ -6,7 +6,8 @@ import pytest
 
 from configs import base, toy
 from graft_jax.config import run_config as config_lib
-from graft_jax.train import methods, setup
+from graft_jax.rollout import vllm_setup
+from graft_jax.train import methods
 from graft_jax.config import checks as config_checks
 from graft_jax.config import placement as config_placement
 
@@ -98,10 +99,10 @@ def test_vllm_places_a_server_per_model_past_the_pair():
   assert config_placement.server_gpus(cfg) == [
       ("vllm.gpus.model_a", "toy_a", (1,)), ("vllm.gpus.model_b", "toy_b", (2,)),
       ("vllm.gpus.more[0]", "toy_c", (3, 4))]
-  assert setup.placement_options(cfg, (3, 4)) == {
+  assert vllm_setup.placement_options(cfg, (3, 4)) == {
       "host": "", "tensor_parallel_size": 2, "env": (("CUDA_VISIBLE_DEVICES", "3,4"),)}
   unplaced = config_lib.from_config_dict(three(engine="vllm"))  # every server sees every GPU
-  assert setup.placement_options(unplaced, ()) == {"host": ""}
+  assert vllm_setup.placement_options(unplaced, ()) == {"host": ""}
 
 
 def test_vllm_placement_of_a_third_model_is_checked_by_its_field():

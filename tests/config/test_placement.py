@@ -9,6 +9,7 @@ import pytest
 
 from configs import toy
 from graft_jax.config import run_config as config_lib
+from graft_jax.rollout import vllm_setup
 from graft_jax.train import setup
 from graft_jax.config import placement as config_placement
 from graft_jax.config.load import apply_overrides
@@ -79,9 +80,9 @@ def test_tensor_parallel_size_follows_the_gpus():
   e = error_of("vllm.gpus.model_a=(0, 1)", "jax_devices=(2,)", "vllm.tensor_parallel_size=4")
   assert "vllm.tensor_parallel_size=4" in str(e) and "vllm.gpus.model_a=(0, 1)" in str(e)
   cfg = cfg_of("vllm.gpus.model_a=(0, 1)", "jax_devices=(2,)", "vllm.host=0.0.0.0")
-  assert setup.placement_options(cfg, cfg.vllm.gpus.model_a) == {
+  assert vllm_setup.placement_options(cfg, cfg.vllm.gpus.model_a) == {
       "host": "0.0.0.0", "tensor_parallel_size": 2, "env": (("CUDA_VISIBLE_DEVICES", "0,1"),)}
-  assert setup.placement_options(cfg, cfg.vllm.gpus.model_b) == {"host": "0.0.0.0"}
+  assert vllm_setup.placement_options(cfg, cfg.vllm.gpus.model_b) == {"host": "0.0.0.0"}
 
 
 @pytest.mark.parametrize("overrides, field", [
@@ -207,9 +208,9 @@ def test_gpu_ids_index_into_the_inherited_cuda_visible_devices(monkeypatch):
   # A job given GPUs 4-7 calls them 0-3; its servers must land on 4-7.
   cfg = cfg_of("vllm.gpus.model_a=(0, 1)", "vllm.gpus.model_b=(3,)", "jax_devices=(2,)")
   monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
-  assert setup.placement_options(cfg, cfg.vllm.gpus.model_a)["env"] == (
+  assert vllm_setup.placement_options(cfg, cfg.vllm.gpus.model_a)["env"] == (
       ("CUDA_VISIBLE_DEVICES", "4,5"),)
-  assert setup.placement_options(cfg, cfg.vllm.gpus.model_b)["env"] == (
+  assert vllm_setup.placement_options(cfg, cfg.vllm.gpus.model_b)["env"] == (
       ("CUDA_VISIBLE_DEVICES", "7"),)
   uuids = {"CUDA_VISIBLE_DEVICES": "GPU-aa, GPU-bb"}
   assert config_placement.physical_gpus((1,), uuids) == ("GPU-bb",)

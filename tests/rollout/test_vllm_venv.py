@@ -44,7 +44,7 @@ def test_the_venvs_nccl_is_its_nvidia_wheels(tmp_path):
 
 
 def test_the_server_loads_the_nccl_the_config_names(tmp_path):
-  # setup.vllm_engine copies the fields VllmConfig and SidecarOptions share by name.
+  # vllm_setup.vllm_engine copies the fields VllmConfig and SidecarOptions share by name.
   shared = ({f.name for f in dataclasses.fields(VllmConfig)}
             & {f.name for f in dataclasses.fields(vllm_sidecar.SidecarOptions)})
   assert "nccl_library" in shared

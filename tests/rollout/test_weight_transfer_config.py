@@ -21,8 +21,8 @@ def test_reload_and_auto_stay_valid_everywhere():
   assert _cfg("vllm.weight_sync=reload").vllm.weight_sync == "reload"
   # 'auto', the default, picks per run (config_placement.sync_backend): reload on CPUs.
   assert _cfg().vllm.weight_sync == "auto"
-  from graft_jax.train import setup
-  assert setup.sync_backend(_cfg()) == "reload"  # this machine has no CUDA GPU
+  from graft_jax.rollout import vllm_setup
+  assert vllm_setup.sync_backend(_cfg()) == "reload"  # this machine has no CUDA GPU
 
 
 @pytest.mark.parametrize("sync", ["nccl", "ipc"])

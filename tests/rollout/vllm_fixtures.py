@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from graft_jax.rollout import SamplingParams
 from graft_jax.rollout.vllm_engine import VLLMEngine
 from graft_jax.rollout.vllm_sidecar import SidecarOptions, group_members
 
@@ -45,17 +46,23 @@ def _fresh(graphdef, weights):
 
 @pytest.fixture(scope="session")
 def vllm_servers(tmp_path_factory):
-  """{'a': (engine, graphdef, host weights, tokenizer), 'b': ...}; both servers boot in
-  parallel. Tests use `vllm_pair`, which puts the servers back as they were."""
+  """{'a': (engine, graphdef, host weights, tokenizer), 'b': ...}. 'b' starts in turn, as
+  servers sharing a GPU do: its server launches at its first call, here, once 'a''s is
+  ready (`test_vllm_engine`). Tests use `vllm_pair`, which puts the servers back."""
   require_vllm_python()
   import vllm_models
   root = tmp_path_factory.mktemp("vllm")
   pair = vllm_models.make_pair()
-  engines = {k: VLLMEngine(m, eos_ids=tok.eos_token_id, pad_id=tok.pad_token_id,
-                           run_dir=root / k, options=options(), name=k, check_every=1)
-             for k, (m, tok) in pair.items()}
-  pgids = [e.sidecar.pgid() for e in engines.values()]
+  engines = {}
+  for k, (m, tok) in pair.items():
+    engines[k] = VLLMEngine(m, eos_ids=tok.eos_token_id, pad_id=tok.pad_token_id,
+                            run_dir=root / k, options=options(), name=k, check_every=1,
+                            start_after=tuple(engines.values()))
+  assert engines["b"].sidecar.proc is None  # deferred until 'a' is ready
+  pgids = []
   try:
+    engines["b"].generate([[5, 6]], 1, SamplingParams(max_new_tokens=1))  # its first call
+    pgids = [e.sidecar.pgid() for e in engines.values()]
     yield {k: (engines[k], nnx.graphdef(m), jax.device_get(nnx.state(m)), tok)
            for k, (m, tok) in pair.items()}
   finally:

@@ -1,4 +1,4 @@
-"""`launch/train.py --config.mesh.*` builds that mesh and trains on it (8 fake CPU devices)."""
+"""`launch/train.py --config.mesh.*` builds that mesh and trains on it (fake CPU devices)."""
 
 import re
 import subprocess
@@ -15,19 +15,22 @@ pytestmark = pytest.mark.slow  # one launcher run: two tiny models compiled on a
 
 
 def test_launcher_honours_the_mesh_flags(real_pair_files, tmp_path):  # noqa: F811
+  """Over 4 devices: under XLA's CPU runtime a fake device's collective can wait on a
+  thread the others hold, and with 8 devices in pairs on a few cores a whole step
+  once waited out the 600 s rendezvous limit."""
   work = tmp_path / "run"
   f = real_pair_files
   args = [sys.executable, "launch/train.py", "--config=configs/pair_smollm3_qwen3.py:graft",
           f"--config.model_a.path={f['smollm3']}", f"--config.model_b.path={f['qwen3']}",
           f"--config.data.train_path={f['train']}", f"--config.eval.data_dir={f['eval']}",
-          "--config.mesh.data=2", "--config.mesh.fsdp=4", "--config.mesh.tensor=1",
+          "--config.mesh.data=2", "--config.mesh.fsdp=2", "--config.mesh.tensor=1",
           "--config.perf.micro_batch_tokens=64", "--config.eval.every_steps=0",
           *[a for a in SMALL if not a.startswith("--steps")], "--steps=1", f"--workdir={work}"]
-  env = fake_devices.env(8)
+  env = fake_devices.env(4)
   proc = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
   out = proc.stdout + proc.stderr
   assert proc.returncode == 0, out[-3000:]
-  assert "mesh data=2 x fsdp=4 x tensor=1 over 8 cpu devices" in out
+  assert "mesh data=2 x fsdp=2 x tensor=1 over 4 cpu devices" in out
   assert re.search(r"smollm3_3b: params [\d.]+ \w+ \+ optimizer state [\d.]+ \w+ per device", out)
   assert [r["step"] for r in metrics.read_jsonl(work / "metrics.jsonl")] == [0]
 
