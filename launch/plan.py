@@ -11,7 +11,9 @@ device; the sampler's KV cache and bf16 weights; a workspace margin; with
 measured on one H200 (graft_jax.plan.step_time), every phase per engine as the code
 runs it (graft_jax.plan.phases: the JAX sampler's calls and cache window, a vLLM
 server's continuous batching, padding, rewards, exchange, compilation, validation,
-checkpoints), the step, and the run's GPU-hours with and without validation.
+checkpoints), the step, and the run's GPU-hours with and without validation; then for
+the static sampler, the slot pool and vLLM, the step and GPU-hours with every stated
+input at its low and high end, and the inputs that move them most (graft_jax.plan.ranges).
 """
 
 import os
@@ -130,6 +132,11 @@ def print_phases(cfg, models, devices, rates, steps, sync):
         f"({r.phase_seconds('sampling') / d.phase_seconds('sampling'):.2f}x); "
         f"step {r.step_seconds:.0f} s vs {d.step_seconds:.0f} s; run {r.gpu_hours(True):.0f} vs "
         f"{d.gpu_hours(True):.0f} GPU-hours with validation")
+  from graft_jax.plan import ranges  # pylint: disable=import-outside-toplevel
+  print("\nEach engine with every stated input (graft_jax.plan.inputs) at its ends, one at a "
+        "time and together:")
+  for rng in ranges.engine_ranges(cfg, models, devices, rates, a, steps, sync=sync, layout=mine):
+    print(ranges.format_range(rng))
 
 
 if __name__ == "__main__":

@@ -79,6 +79,12 @@ class Assumptions:
   vllm_max_num_seqs: int = 256
   vllm_overhead_bytes: float = 6e9  # activations, CUDA graphs, the allocator
   vllm_start_s: float = 60.0
+  # A vLLM server's host time outside the GPU's step (its scheduler; a token's HTTP and
+  # log-prob JSON), and two servers sharing a GPU: their sampling's sum times this
+  # (1: additive). Stated, with their ranges (`graft_jax.plan.inputs`).
+  vllm_host_s_per_step: float = 0.0
+  vllm_host_s_per_token: float = 0.0
+  shared_gpu_factor: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,12 +102,13 @@ class EnginePlan:
   step_terms: dict
   run_terms: dict  # phase -> Term over the whole run
   parallel_sampling: bool
+  shared_factor: float = 1.0  # servers sharing GPUs: their sampling's sum times this
 
   def phase_seconds(self, phase: str) -> float:
     per_model = [t.seconds for t in self.step_terms[phase].values()]
     if phase == "sampling" and self.parallel_sampling:
       return max(per_model, default=0.0)
-    return sum(per_model)
+    return sum(per_model) * (self.shared_factor if phase == "sampling" else 1.0)
 
   @property
   def step_seconds(self) -> float:
@@ -216,6 +223,32 @@ def validations(cfg, steps: int) -> int:
   return 0 if not every else steps // every + (1 if steps % every else 0)
 
 
+def _generate(cfg, engine, mc, a, rates, devices, layout, live, prompts, k, seed, top_p):
+  """One ``generate`` of ``prompts`` x ``k`` by ``engine`` (`sampling_plan`); vLLM's
+  replicas each take their part of the prompts, side by side."""
+  r, top = cfg.rollout, top_p < 1
+  if engine == "jax" and r.sampler == "pool":
+    return sampling_plan.pool_generate(
+        mc, a.lengths, prompts=prompts, n=k, prompt_longest=a.prompt_longest, slots=r.pool_slots,
+        rates=rates, prefill_chunk=r.pool_prefill_chunk, prefill_group=r.pool_prefill_group,
+        seed=seed, live=live, refill_at=r.pool_refill_at, devices=devices, top_p=top)
+  if engine == "jax":
+    return sampling_plan.jax_generate(mc, a.lengths, prompts=prompts, n=k,
+                                      prompt_longest=a.prompt_longest,
+                                      budget=cfg.perf.sampler_max_kv_bytes, devices=devices,
+                                      rates=rates, top_p=top)
+  prompts = -(-prompts // layout.replicas)
+  slots = sampling_plan.vllm_slots(
+      mc, a.lengths, n=k, prompt_mean=a.prompt_mean,
+      share_bytes=layout.share_bytes(a.device_bytes), max_num_seqs=a.vllm_max_num_seqs,
+      requests_in_flight=cfg.vllm.max_concurrency or prompts,  # 0: all of the call's
+      overhead_bytes=a.vllm_overhead_bytes)
+  return sampling_plan.vllm_generate(mc, a.lengths, prompts=prompts, n=k,
+                                     prompt_mean=a.prompt_mean, slots=slots, rates=rates,
+                                     seed=seed, top_p=top, host_s_per_step=a.vllm_host_s_per_step,
+                                     host_s_per_token=a.vllm_host_s_per_token)
+
+
 def plan_engine(cfg, models: dict, engine: str, devices: int, rates, a: Assumptions,
                 steps: int, *, sync: str = "nccl", layout=None,
                 live_decode: bool = True) -> EnginePlan:
@@ -236,35 +269,14 @@ def plan_engine(cfg, models: dict, engine: str, devices: int, rates, a: Assumpti
   programs, validation_by_model, state_bytes = 0, {}, 0.0
   flops_s = lambda f, mfu: f / (devices * mfu * rates.peak_flops)
   pool = engine == "jax" and cfg.rollout.sampler == "pool"
-
-  def generate(mc, prompts, k, seed=0):
-    if pool:
-      return sampling_plan.pool_generate(mc, lengths, prompts=prompts, n=k,
-                                         prompt_longest=a.prompt_longest,
-                                         slots=cfg.rollout.pool_slots, rates=rates,
-                                         prefill_chunk=cfg.rollout.pool_prefill_chunk,
-                                         prefill_group=cfg.rollout.pool_prefill_group, seed=seed,
-                                         live=live_decode)
-    if engine == "jax":
-      return sampling_plan.jax_generate(mc, lengths, prompts=prompts, n=k,
-                                        prompt_longest=a.prompt_longest,
-                                        budget=cfg.perf.sampler_max_kv_bytes, devices=devices,
-                                        rates=rates)
-    prompts = -(-prompts // layout.replicas)  # a replica's part, the replicas side by side
-    slots = sampling_plan.vllm_slots(
-        mc, lengths, n=k, prompt_mean=a.prompt_mean,
-        share_bytes=layout.share_bytes(a.device_bytes), max_num_seqs=a.vllm_max_num_seqs,
-        requests_in_flight=cfg.vllm.max_concurrency or prompts,  # 0: all of the call's
-        overhead_bytes=a.vllm_overhead_bytes)
-    return sampling_plan.vllm_generate(mc, lengths, prompts=prompts, n=k,
-                                       prompt_mean=a.prompt_mean, slots=slots, rates=rates,
-                                       seed=seed)
+  generate = lambda mc, prompts, k, seed=0, top_p=1.0: _generate(
+      cfg, engine, mc, a, rates, devices, layout, live_decode, prompts, k, seed, top_p)
 
   verify = lambda items: (items / (cfg.reward.num_workers * a.reward_items_per_cpu_s)
                           + items * lengths.expected() / a.tokenizer_tokens_per_s)
   for name, mc in models.items():
     kernel = packed_kernel(cfg, mc, rates)
-    g = generate(mc, p, n)
+    g = generate(mc, p, n, top_p=cfg.rollout.top_p)
     terms["sampling"][name] = Term(g.seconds, g.describe())
     terms["rewards"][name] = Term(verify(rows), f"{rows} responses")
     signal = tokens_R[:int(round(a.signal_fraction * rows))]
@@ -313,7 +325,7 @@ def plan_engine(cfg, models: dict, engine: str, devices: int, rates, a: Assumpti
     elif engine == "jax":
       sampler_shapes = {g.chunk} | {generate(mc, c, cfg.eval.k).chunk for c in set(calls)}
       programs += len(sampler_shapes)
-    validation_by_model[name] = sum(generate(mc, c, cfg.eval.k, seed=i).seconds
+    validation_by_model[name] = sum(generate(mc, c, cfg.eval.k, i, cfg.eval.top_p).seconds
                                     + verify(c * cfg.eval.k) for i, c in enumerate(calls))
     state_bytes += costs.all_params(mc) * (np.dtype(cfg.param_dtype).itemsize + 8)
   compile_s = programs * a.compile_s_per_program
@@ -332,7 +344,8 @@ def plan_engine(cfg, models: dict, engine: str, devices: int, rates, a: Assumpti
   parallel = (engine == "vllm" and cfg.rollout.concurrent != "off" and len(models) > 1
               and not layout.shared)
   per_model = list(validation_by_model.values())
-  validation_s = max(per_model, default=0.0) if parallel else sum(per_model)
+  shared = a.shared_gpu_factor if engine == "vllm" and layout.shared else 1.0
+  validation_s = max(per_model, default=0.0) if parallel else shared * sum(per_model)
   run_terms = {
       "compile": Term(compile_s, compile_detail),
       "validation": Term(v * validation_s, f"{v} x {validation_s:.0f} s "
@@ -342,7 +355,7 @@ def plan_engine(cfg, models: dict, engine: str, devices: int, rates, a: Assumpti
       "checkpoint": Term(writes * per_write,
                          f"{writes} x {state_bytes / 1e9:.0f} GB at {rate / 1e9:.0f} GB/s "
                          f"({'device -> host, the write overlaps' if ck.async_save else 'disk'})")}
-  return EnginePlan(engine, devices, steps, terms, run_terms, parallel)
+  return EnginePlan(engine, devices, steps, terms, run_terms, parallel, shared)
 
 
 def format_plan(plan: EnginePlan, models) -> str:

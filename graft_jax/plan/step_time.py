@@ -3,7 +3,8 @@ weight sync's seconds per push, and a run's step count.
 
 The plan of every phase per engine is `graft_jax.plan.phases`; this module gives it
 `Rates`, the efficiencies ``benchmarks/gpu_check.py`` measured on one H200
-(`MEASURED_H200`), and the weight sync: none for the JAX sampler beyond the cast of
+(`MEASURED_H200`; the ones no GPU has measured, with their ranges, are
+`graft_jax.plan.inputs`), and the weight sync: none for the JAX sampler beyond the cast of
 the master weights to bf16 (one pass over them in HBM), else the serving dtype's
 bytes over the link ``vllm.weight_sync`` uses.
 """
@@ -41,6 +42,13 @@ class Rates:
   # measured (it has not run on a GPU here).
   compute_capability: str = "9.0"
   pallas_attention_share: float = 0.5
+  # The slot pool's live-span decode kernel (each row's live blocks), the weight push's
+  # links (`SYNC_BYTES_PER_S`), and the vocabulary-wide reads of a logits row per token
+  # that top-p sampling makes (its top-k and log-sum-exp): stated (`graft_jax.plan.inputs`).
+  live_hbm_efficiency: float = 0.70
+  nccl_bytes_per_s: float = SYNC_BYTES_PER_S["nccl"]
+  ipc_bytes_per_s: float = SYNC_BYTES_PER_S["ipc"]
+  top_p_vocab_reads: float = 2.0
 
 
 def window_efficiency(seconds: float, *, rows: int, prompt_slots: int, new_slots: int,
@@ -57,9 +65,10 @@ def window_efficiency(seconds: float, *, rows: int, prompt_slots: int, new_slots
 # (update at 8,192-token rows with full remat, scoring at 8,192, the JAX sampler
 # with 256 rows of 512 + 1,024 slots running all 1,024 steps, its time below):
 # BENCHMARKS.md, "On an NVIDIA H200". vLLM has not run on a GPU: its share is stated.
+# The pool's live-span kernel is taken at the same share (stated: it has not run there).
+_WINDOW_H200 = window_efficiency(36.9, rows=256, prompt_slots=512, new_slots=1024, steps=1024)
 MEASURED_H200 = Rates(train_mfu=0.30, score_mfu=0.51, decode_mfu=0.40, hbm_efficiency=0.19,
-                      window_hbm_efficiency=window_efficiency(
-                          36.9, rows=256, prompt_slots=512, new_slots=1024, steps=1024),
+                      window_hbm_efficiency=_WINDOW_H200, live_hbm_efficiency=_WINDOW_H200,
                       paged_hbm_efficiency=0.70)
 
 
@@ -82,7 +91,8 @@ def weight_sync(cfg: ModelConfig, engine: str, sync: str, rates: Rates, *, serve
     moved = n * (master_bytes + serve_bytes)
     return PhaseCost(0.0, moved, moved / (rates.hbm_efficiency * rates.hbm_bytes_per_s))
   moved = n * serve_bytes
-  return PhaseCost(0.0, moved, moved / SYNC_BYTES_PER_S[sync])
+  link = {"nccl": rates.nccl_bytes_per_s, "ipc": rates.ipc_bytes_per_s}
+  return PhaseCost(0.0, moved, moved / (link[sync] if sync in link else SYNC_BYTES_PER_S[sync]))
 
 
 def sync_choices(cfg: ModelConfig, processes: int, *, serve_bytes: int = 2) -> dict[str, float]:

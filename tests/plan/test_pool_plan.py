@@ -20,7 +20,8 @@ def test_the_pool_term_reads_every_slots_window_for_the_makespan():
   g = sampling_plan.pool_generate(mc, lengths, prompts=128, n=8, prompt_longest=400, slots=256,
                                   rates=rates, live=False, prefill_chunk=256)
   rows = lengths.sample(1024)
-  assert g.steps_per_call == sampling_plan.makespan(rows, 256)
+  # Refills wait for 8 free slots: about 3.5 of the 256 idle while the queue lasts.
+  assert g.steps_per_call == sampling_plan.makespan(rows, 252)
   # The pool ends after the longest row and no later than a static batch of 4 x 256 rows.
   assert rows.max() <= g.steps_per_call < 4 * rows.max()
   assert (g.window, g.calls, g.rows_per_call) == (4608, 1, 256)
@@ -50,18 +51,43 @@ def test_the_live_pool_term_reads_each_rows_span():
 def test_prefill_reads_the_weights_once_per_chunk_pass_of_a_group():
   """1,024 rows of a 400-token prompt in 16-token chunks, 25 passes a prompt, each
   reading every bf16 weight: the first fill of 256 slots in groups, the other 768 rows
-  alone. Groups of 1 (1,024 x 25 passes) and of 2 (896 x 25) are both bound by those
-  reads (their FLOPs are the same), so their difference is 128 x 25 passes' reads."""
+  alone where a refill comes at each free slot (``refill_at`` = 1). Groups of 1
+  (1,024 x 25 passes) and of 2 (896 x 25) are both bound by those reads (their FLOPs
+  are the same), so their difference is 128 x 25 passes' reads."""
   mc, rates = ModelConfig.qwen3_1p7b(), step_time.MEASURED_H200
   lengths = ResponseLengths(4096, 1200, 2.0)
   run = lambda group: sampling_plan.pool_generate(
       mc, lengths, prompts=128, n=8, prompt_longest=400, slots=256, rates=rates,
-      prefill_chunk=16, prefill_group=group).seconds
+      prefill_chunk=16, prefill_group=group, refill_at=1).seconds
   one_pass = 2 * costs.all_params(mc) / (rates.hbm_efficiency * 4.8e12)
   assert run(1) - run(2) == pytest.approx(128 * 25 * one_pass, rel=1e-9)
   flops = 1024 * 400 * costs.score_flops_per_token(mc, 400) / (rates.score_mfu * 989e12)
   assert 896 * 25 * one_pass > flops  # groups of 2 are still bound by the weight reads
   assert run(8) < run(2)
+
+
+def test_refills_wait_for_a_group_of_free_slots_on_a_device():
+  """Groups of 8, a device refilling once 8 of its slots are free (refill_at 0: the
+  group): 256 slots on 4 devices, 64 each, first filled in 8 passes at once on every
+  device; the other 768 rows in 96 refills of one pass, one device's at a time. While
+  the queue lasts (8 - 1) / 2 slots of each device idle: 256 - 14 busy."""
+  mc, rates = ModelConfig.qwen3_1p7b(), step_time.MEASURED_H200
+  lengths = ResponseLengths(4096, 1200, 2.0)
+  pool = lambda **kw: sampling_plan.pool_generate(
+      mc, lengths, prompts=128, n=8, prompt_longest=400, slots=256, rates=rates,
+      prefill_chunk=16, prefill_group=8, **kw)
+  one_pass = 2 * costs.all_params(mc) / (rates.hbm_efficiency * 4.8e12)
+  rows = lengths.sample(1024)
+  batched, lone = pool(devices=4), pool(devices=4, refill_at=1)
+  assert batched.steps_per_call == sampling_plan.makespan(rows, 242)
+  assert lone.steps_per_call == sampling_plan.makespan(rows, 256) < batched.steps_per_call
+  # The same rows' KV reads; the idle slots' extra steps each read every weight, and
+  # the prefill is bound by its passes' weight reads: (8 + 96) x 25 against (8 + 768) x 25.
+  weights = 2 * costs.all_params(mc) / (rates.live_hbm_efficiency * 4.8e12)
+  extra = (batched.steps_per_call - lone.steps_per_call) * weights
+  assert batched.seconds - lone.seconds == pytest.approx(extra - 672 * 25 * one_pass, rel=1e-9)
+  # One device: the first fill's 32 passes, 96 refills, 3.5 idle slots.
+  assert pool(devices=1, refill_at=16).steps_per_call == sampling_plan.makespan(rows, 248)
 
 
 def _pool_cfg(sampler):
@@ -94,7 +120,7 @@ def test_the_plan_samples_and_validates_through_the_pool_when_the_config_selects
     assert plan.step_terms["sampling"][name].seconds != static.step_terms["sampling"][name].seconds
     validation += sampling_plan.pool_generate(
         mc, lengths, prompts=872, n=cfg.eval.k, prompt_longest=a.prompt_longest, slots=256,
-        rates=rates, **prefill).seconds
+        rates=rates, top_p=cfg.eval.top_p < 1, **prefill).seconds  # validation's top-p
     validation += plan.step_terms["rewards"][name].seconds * 872 * cfg.eval.k / (
         cfg.prompts_per_step * cfg.n)  # the verifier's seconds scale with the items
   runs = phases.validations(cfg, 10)
