@@ -119,11 +119,13 @@ def pair_config(arg, *, pair, model_a, model_b):
   # row's slot takes the next waiting one, where the static sampler, the reference engine
   # (rollout.sampler='static'), decodes each call until its longest row stops.
   c.rollout.sampler = 'pool'
-  # A prompt prefilled 256 tokens a pass. A full pool's
-  # refills mostly prefill one prompt alone, and each pass reads every weight, so
-  # passes cost more than the padding of a short prompt to 256 (launch/plan.py's pair 1
-  # step by chunk: BENCHMARKS.md, "The plan of the paper's pairs").
+  # A prompt prefilled 256 tokens a pass: each pass reads every weight, so passes cost
+  # more than the padding of a short prompt to 256 (launch/plan.py's pair 1 step by
+  # chunk: BENCHMARKS.md, "The plan of the paper's pairs"). A device refills once 2 of
+  # its slots are free: half the lone passes of a full pool for half a slot idle, the
+  # plan's best of 1, 2, 4 and 8 for pair 1 (docs/plan.md).
   c.rollout.pool_prefill_chunk = 256
+  c.rollout.pool_refill_at = 2
   c.checkpoint.async_save = True  # fp32 params and moments: write while the next step runs
   if c.engine == 'vllm':
     four_gpu_placement(c)

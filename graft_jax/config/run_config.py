@@ -90,7 +90,7 @@ class RolloutConfig:
   # Prompts a refill prefills together in one batched pass per chunk (each pass reads every
   # weight); a device refills once pool_refill_at slots are free (0: pool_prefill_group).
   pool_prefill_group: int = 8
-  pool_refill_at: int = 0
+  pool_refill_at: int = 1
 
 
 @dataclasses.dataclass(frozen=True)

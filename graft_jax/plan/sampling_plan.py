@@ -133,10 +133,10 @@ def pool_generate(mc, lengths, *, prompts: int, n: int, prompt_longest: int, slo
                   live: bool = True, refill_at: int = 0, devices: int = 1,
                   top_p: bool = False) -> Generate:
   """The slot pool's ``generate`` of ``prompts`` x ``n`` rows over ``slots`` slots split
-  over ``devices`` (their reads charged at one device's bandwidth): makespan steps,
-  each reading every weight and, with the live-token kernel (``live``, the pool's
-  choice on GPUs), each row's prompt and tokens so far, else ``slots`` whole windows
-  (the call's prompt bucket + new-token bucket); plus a prefill per row: its
+  over ``devices``, which step together: makespan steps, each device reading every
+  weight (whole on each) and, of its slots / ``devices``, with the live-token kernel
+  (``live``, the pool's choice on GPUs) each row's prompt and tokens so far, else the
+  whole windows (the call's prompt bucket + new-token bucket); plus a prefill per row: its
   prompt's FLOPs (each chunk attends over the prompt's slots, not the window), or,
   where more, the weights read once per chunk pass. The first
   fill prefills ``prefill_group`` rows a pass; later rows enter in refills of
@@ -151,19 +151,20 @@ def pool_generate(mc, lengths, *, prompts: int, n: int, prompt_longest: int, slo
   # The call's window: its longest prompt's bucket in whole chunks, as the pool sizes it.
   window = pool_prompt_width(prompt_longest, prefill_chunk) + bucket(lengths.cap, 16)
   kv = costs.kv_bytes_per_position(mc, SERVE_BYTES)
+  # Per device: the weights every step, a devices-th of the rows' KV and FLOPs.
   if live:  # a row's span, from its first prompt token to its newest
     read = (steps * SERVE_BYTES * costs.all_params(mc)
-            + kv * float(np.sum(rows * prompt_longest + rows * (rows - 1) / 2)))
+            + kv * float(np.sum(rows * prompt_longest + rows * (rows - 1) / 2)) / devices)
     flops = float(sum(length * costs.decode_flops_per_token(mc, int(prompt_longest + length / 2))
-                      for length in rows))
+                      for length in rows)) / devices
   else:
-    read = steps * (SERVE_BYTES * costs.all_params(mc) + slots * window * kv)
-    flops = steps * slots * costs.decode_flops_per_token(mc, window)
+    read = steps * (SERVE_BYTES * costs.all_params(mc) + per_device * window * kv)
+    flops = steps * per_device * costs.decode_flops_per_token(mc, window)
   decode = max(read / ((rates.live_hbm_efficiency if live else rates.window_hbm_efficiency)
                        * rates.hbm_bytes_per_s),
                flops / (rates.decode_mfu * rates.peak_flops))
   if top_p:  # every slot samples at every step, free ones too (fixed shapes)
-    decode += top_p_seconds(mc, steps * slots, rates)
+    decode += top_p_seconds(mc, steps * per_device, rates)
   group, later = max(1, min(prefill_group, per_device)), max(0, prompts * n - slots)
   fill_passes = -(-min(per_device, -(-prompts * n // devices)) // group)
   passes = (fill_passes + -(-later // refill) * -(-refill // group)) * (width // prefill_chunk)

@@ -6,15 +6,14 @@ T)` of the sampled token, `log_softmax(logits)` when greedy (T = 0). The server 
 off (the training default); with them on, vLLM reports the log-prob under the filtered,
 renormalised distribution instead (the tokens are still correct).
 
-After a stop signal (``preemption.stopped_since``), or once closed, no server is
-started or restarted: a sampling call in flight fails at once (the trainer has
-abandoned its step) and a weight sync that finds its server gone is skipped and
-reported as ``sync_failure``, so the trainer saves the step it completed and stops;
-the servers start from the checkpoint's weights when the run resumes.
+After a stop signal (``preemption.stopped_since``), or once closed, no server is started or
+restarted: a sampling call in flight fails at once (its step is abandoned) and a weight sync
+that finds its server gone is skipped and reported as ``sync_failure``, so the trainer saves
+the step it completed and stops; the servers start from the checkpoint's weights on resume.
 
-Weights staged in /dev/shm go to a folder of an unpredictable name, mode 0700,
-created here (one planted by another user is refused), and removed by ``close``,
-or by the server's watchdog when the trainer dies.
+Weights staged in /dev/shm go to a folder of an unpredictable name, mode 0700, created
+here (one planted by another user is refused), removed by ``close`` or, when the trainer
+dies, by the server's watchdog.
 """
 
 from __future__ import annotations
@@ -136,17 +135,15 @@ class VLLMEngine:
     health_every_s: while waiting, poll /health this often; 3 misses = a hung server.
     max_concurrency: parallel HTTP requests (one per prompt); 0 sends every prompt of a
       call at once (a cap holds prompts back while the server has room).
-    weight_sync: 'reload' (safetensors + reload_weights), or on CUDA GPUs 'nccl' /
-      'ipc' (vLLM's weight-transfer API, `graft_jax.rollout.weight_transfer`). A push
-      backend starts the server from a tied checkpoint when the model ties its
-      embeddings, so each push sends the embedding once. Under several trainer
-      processes every process takes part in a push's gathers and process 0 sends
-      (`weight_transfer.base.Sender`).
+    weight_sync: 'reload' (safetensors + reload_weights), or on CUDA GPUs 'nccl' / 'ipc'
+      (vLLM's weight-transfer API, `graft_jax.rollout.weight_transfer`); a push backend
+      serves a model that ties its embeddings from a tied checkpoint (one embedding per
+      push); every trainer process joins a push's gathers, process 0 sends.
     sync_timeout_s: the longest an NCCL push may take (`weight_transfer.deadline`). A
       push aborted at it leaves the server on older weights: `sync_failure` holds the
       error, `generate` refuses to sample, and the trainer saves the step and stops.
-    start_after: engines whose servers share this one's GPU: it first launches once
-      they answer /health (`_start_in_turn`), at its first call.
+    start_after: engines whose servers share this one's GPU: it launches at its first
+      call, once they answer /health (`_launch_in_turn`).
   """
 
   # Sampling runs in the server's process, off the trainer's devices, so several
@@ -204,9 +201,9 @@ class VLLMEngine:
     if self._multi:
       self._expected_probe = vllm_sync.jax_probe_logprobs(model, self._probe_ids)
     self.sidecar, self._cleanup, self._closed = None, lambda: None, False
-    # Whether each of start_after was ready when this server launched; the start probed.
+    # started_after_ready: whether each of start_after answered /health at this one's launch.
     self._start_after, self.started_after_ready = tuple(start_after), None
-    self._turn, self._probed_start = threading.Lock(), 0
+    self._turn = threading.Lock()
     if self._serves:
       _link_weights(pathlib.Path(run_dir), self.weights_dir)
       self.sidecar = VLLMSidecar(self.weights_dir, run_dir, options, name=name)
@@ -423,12 +420,13 @@ class VLLMEngine:
     failures = 0
     while True:
       try:
-        if not self.sidecar.ready or self._probed_start != self.sidecar.starts:
+        if not self.sidecar.ready:
           self._unless_stopping(None)
-          self._start_in_turn()
+          if self._start_after:
+            self._launch_in_turn()
+          self.sidecar.wait_ready()
           self._restore_weights()
           self._probe()  # a fresh server must serve the trainer's weights
-          self._probed_start = self.sidecar.starts
         result = fn()
         self._served = True
         return result
@@ -454,20 +452,22 @@ class VLLMEngine:
         self.sidecar.stop()
         self.sidecar.start()
 
-  def _start_in_turn(self) -> None:
-    """Waits until this engine's server answers /health; its first launch waits for every
-    server in ``start_after`` (each after its own) to be ready, since vLLM sizes its
-    cache from the GPU memory it finds free (`graft_jax.rollout.vllm_setup`)."""
+  def _launch_in_turn(self) -> None:
+    """Launches this engine's server, if never launched, once every server in ``start_after``
+    (each in its own turn) answers /health (why: `graft_jax.rollout.vllm_setup`)."""
     with self._turn:
-      if self.sidecar.starts == 0:
-        for earlier in self._start_after:
-          s = earlier.sidecar  # its first start pending or up (0 or 1 <= alive): not a restart
-          if s is not None and not earlier._closed and s.starts <= s.alive():
-            earlier._start_in_turn()
-        self.started_after_ready = {e.name: bool(e.sidecar and e.sidecar.ready)
-                                    for e in self._start_after}
-        self.sidecar.start()
-      self.sidecar.wait_ready()
+      if self.sidecar.starts:
+        return
+      for earlier in self._start_after:
+        s = earlier.sidecar
+        if s is not None and not earlier._closed:
+          earlier._launch_in_turn()
+          until = time.monotonic() + s.options.startup_timeout_s  # then its own call fails
+          while s.starts == 1 and s.alive() and not s.healthy(2.0) and time.monotonic() < until:
+            time.sleep(0.5)
+      self.started_after_ready = {e.name: bool(e.sidecar and e.sidecar.healthy())
+                                  for e in self._start_after}
+      self.sidecar.start()
 
   def _unless_stopping(self, error: Exception | None) -> None:
     """Raises `SidecarStopped` (from ``error``) once the run got a stop signal or the

@@ -112,7 +112,8 @@ def test_the_plan_samples_and_validates_through_the_pool_when_the_config_selects
   validation = 0.0
   for name, mc in models.items():
     prefill = dict(prefill_chunk=cfg.rollout.pool_prefill_chunk,
-                   prefill_group=cfg.rollout.pool_prefill_group)
+                   prefill_group=cfg.rollout.pool_prefill_group,
+                   refill_at=cfg.rollout.pool_refill_at)
     g = sampling_plan.pool_generate(mc, lengths, prompts=cfg.prompts_per_step, n=cfg.n,
                                     prompt_longest=a.prompt_longest, slots=256, rates=rates,
                                     **prefill)

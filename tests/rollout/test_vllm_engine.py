@@ -261,7 +261,7 @@ def test_gives_up_after_max_restarts(tmp_path):
     def stopping(self): return False
   engine = object.__new__(VLLMEngine)
   engine.sidecar, engine.max_restarts, engine.restarts, engine._served = Down(), 2, 0, True
-  engine._closed = False
+  engine._closed, engine._start_after = False, ()
   def fail():
     raise SidecarDown("connection reset")
   with pytest.raises(SidecarError, match="failed 3 times") as e:
@@ -290,7 +290,7 @@ def test_a_restarted_server_gets_the_trainers_weights_before_the_probe(weight_sy
 
   engine = object.__new__(VLLMEngine)
   engine.sidecar, engine.max_restarts, engine.restarts, engine._served = Restarted(), 2, 0, True
-  engine._closed = False
+  engine._closed, engine._start_after = False, ()
   engine.weight_sync, engine._model, engine.syncs = weight_sync, "current model", 3
   engine._pusher = None if weight_sync == "reload" else Pusher()
   engine._probe = lambda: calls.append("probe")
