@@ -217,8 +217,7 @@ class ContinuousSamplerEngine:
                  greedy=greedy, top_k=0 if greedy else min(params.top_k, self.vocab_size),
                  use_top_p=not greedy and params.top_p < 1.0, cache_dtype=self.cache_dtype,
                  refill=self.refill, refill_at=self.refill_at, shrinks=self.shrinks,
-                 mesh=self.mesh,
-                 batch_axes=self.batch_axes))
+                 mesh=self.mesh, batch_axes=self.batch_axes))
 
   def _metrics(self, out, lengths) -> dict[str, float]:
     """The call's tokens generated, mean slot occupancy, live (and free slots') KV bytes

@@ -2,18 +2,17 @@
 
 Request ``r`` is sample ``r % n`` of prompt ``r // n``. Each loop iteration
 first refills the free slots with the next waiting requests (prefilled into
-their cache rows in chunks of ``chunk`` tokens, up to ``group`` prompts of
-mixed lengths in one batched pass, `prefill_rows`), then samples one token in
-every busy slot and runs the new tokens through the model. A pass reads every
-weight however few prompts it holds, and a full pool frees about one slot at a
-time, so a device refills only once ``refill_at`` of its slots are free (or
-every waiting request fits the free slots): one pass for ``refill_at`` prompts
-rather than one each, for about (``refill_at`` - 1) / 2 slots idle per device
-while the queue lasts. A slot whose
-request ends (EOS or its token budget) is free at the next iteration, so the
-pool stays full until the queue is empty; the loop ends when the queue is
-empty and every slot is free. A static batch instead decodes until its
-longest row stops, its finished rows idle meanwhile.
+their cache rows in chunks of ``chunk`` tokens, up to ``group`` prompts of mixed
+lengths in one batched pass, `prefill_rows`), then samples one token in every
+busy slot and runs the new tokens through the model. A pass reads every weight
+however few prompts it holds, and a full pool frees about one slot at a time, so
+a device refills only once ``refill_at`` of its slots are free (or every waiting
+request fits the free slots): one pass for ``refill_at`` prompts rather than one
+each, for about (``refill_at`` - 1) / 2 slots idle per device while the queue
+lasts. A slot whose request ends (EOS or its token budget) is free at the next
+iteration, so the pool stays full until the queue is empty; the loop ends when
+the queue is empty and every slot is free. A static batch instead decodes until
+its longest row stops, its finished rows idle meanwhile.
 
 Each slot row keeps its own write position: a prompt of length p sits
 left-padded to the next multiple of ``chunk`` (the last prefill chunk then
